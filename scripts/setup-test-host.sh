@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 machine for the end-to-end tests of the MTP image builder.
+#
+# Run as root. Idempotent: every step first checks whether its result is already
+# there, so a second run on a prepared host takes seconds.
+#
+#   1. apt packages: docker.io, docker-registry, debootstrap, squashfs-tools, git, curl
+#   2. dockerd in the background (when `docker info` does not answer)
+#   3. a real registry (distribution 2.8, `docker-registry serve`) on 127.0.0.1:5000
+#   4. the base image mtp-test-base:bookworm, made with debootstrap + docker import
+#      (no registry on the internet is reachable from these machines: nothing is pulled)
+#   5. which docker CLI builds with BuildKit (checked with a tiny build that uses a
+#      secret mount), written to $STATE_DIR/env.sh together with the other settings
+#      the tests read (source it, or let tests/conftest.py detect the same things).
+#
+# Settings (environment):
+#   MTP_TEST_STATE_DIR     state, logs and pid files   (default /var/lib/mtp-test-host)
+#   MTP_TEST_REGISTRY      host:port of the registry   (default 127.0.0.1:5000)
+#   MTP_TEST_BASE_IMAGE    base image name             (default mtp-test-base:bookworm)
+#   MTP_TEST_DEBIAN_MIRROR debootstrap mirror          (default http://deb.debian.org/debian)
+#   MTP_TEST_WAIT_S        seconds to wait per service (default 60)
+set -euo pipefail
+
+STATE_DIR=${MTP_TEST_STATE_DIR:-/var/lib/mtp-test-host}
+REGISTRY=${MTP_TEST_REGISTRY:-127.0.0.1:5000}
+BASE_IMAGE=${MTP_TEST_BASE_IMAGE:-mtp-test-base:bookworm}
+MIRROR=${MTP_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+WAIT_S=${MTP_TEST_WAIT_S:-60}
+# Packages inside the base image: enough for test images to create a venv and
+# pip-install local source trees with --no-build-isolation (setuptools + wheel) and
+# without any network access.
+BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,git,ca-certificates
+APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables)
+
+export DEBIAN_FRONTEND=noninteractive
+export TESTCONTAINERS_RYUK_DISABLED=true
+
+T0=$(date +%s.%N)
+die() { echo "setup-test-host: ERROR: $*" >&2; exit 1; }
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { printf '[setup-test-host %6ss] %s\n' "$(elapsed "$T0")" "$*"; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and starts dockerd)"
+[ -r /etc/debian_version ] || die "this script expects Debian 12 (bookworm)"
+
+mkdir -p "$STATE_DIR"
+chmod 0755 "$STATE_DIR"
+
+# --------------------------------------------------------------------------- 1. packages
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing apt packages: ${missing[*]}"
+    t=$(date +%s.%N)
+    # No init system runs services in these machines: keep maintainer scripts from
+    # trying to start dockerd/registry themselves (this script starts them below).
+    policy_created=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        policy_created=1
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" > "$STATE_DIR/apt-install.log" 2>&1 || {
+        tail -n 30 "$STATE_DIR/apt-install.log" >&2
+        [ $policy_created -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+        die "apt-get install failed (log: $STATE_DIR/apt-install.log)"
+    }
+    [ $policy_created -eq 1 ] && rm -f /usr/sbin/policy-rc.d
+    log "apt packages installed in $(elapsed "$t")s"
+else
+    log "apt packages already installed"
+fi
+
+# Debian's CLI (20.10) keeps the built-in BuildKit client; a newer CLI elsewhere on
+# PATH (for example /usr/local/bin/docker, CLI 28 without buildx) may refuse it.
+# Use Debian's CLI for everything this script does.
+DOCKER=/usr/bin/docker
+[ -x "$DOCKER" ] || DOCKER=$(command -v docker) || die "no docker CLI after installing docker.io"
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+    local limit=$1 what=$2; shift 2
+    local end=$(( $(date +%s) + limit ))
+    until "$@" > /dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$end" ] || return 1
+        sleep 0.2
+    done
+}
+
+# --------------------------------------------------------------------------- 2. dockerd
+if "$DOCKER" info > /dev/null 2>&1; then
+    log "dockerd already answering"
+else
+    t=$(date +%s.%N)
+    command -v dockerd > /dev/null || die "dockerd not installed"
+    # A pid file left by a dockerd that is gone would stop a new one from starting.
+    for pidf in /var/run/docker.pid /run/docker/containerd/containerd.pid; do
+        if [ -f "$pidf" ] && ! kill -0 "$(cat "$pidf" 2>/dev/null)" 2>/dev/null; then rm -f "$pidf"; fi
+    done
+    log "starting dockerd (log: $STATE_DIR/dockerd.log)"
+    nohup dockerd --host=unix:///var/run/docker.sock > "$STATE_DIR/dockerd.log" 2>&1 < /dev/null &
+    echo $! > "$STATE_DIR/dockerd.pid"
+    if ! wait_for "$WAIT_S" dockerd "$DOCKER" info; then
+        tail -n 40 "$STATE_DIR/dockerd.log" >&2 || true
+        die "dockerd did not answer within ${WAIT_S}s (log: $STATE_DIR/dockerd.log)"
+    fi
+    log "dockerd up in $(elapsed "$t")s (pid $(cat "$STATE_DIR/dockerd.pid"))"
+fi
+
+# --------------------------------------------------------------------------- 3. registry
+registry_up() { curl -fsS -o /dev/null --max-time 2 "http://$REGISTRY/v2/" 2> /dev/null; }
+if registry_up; then
+    log "registry already answering on $REGISTRY"
+else
+    t=$(date +%s.%N)
+    command -v docker-registry > /dev/null || die "docker-registry not installed"
+    storage=$(mktemp -d /tmp/mtp-test-registry.XXXXXX)
+    cat > "$STATE_DIR/registry.yml" <<EOF
+version: 0.1
+log:
+  level: info
+  fields:
+    service: registry
+storage:
+  filesystem:
+    rootdirectory: $storage
+  delete:
+    enabled: true
+  cache:
+    blobdescriptor: inmemory
+http:
+  addr: $REGISTRY
+  headers:
+    X-Content-Type-Options: [nosniff]
+EOF
+    log "starting registry on $REGISTRY, storage $storage (log: $STATE_DIR/registry.log)"
+    nohup docker-registry serve "$STATE_DIR/registry.yml" > "$STATE_DIR/registry.log" 2>&1 < /dev/null &
+    echo $! > "$STATE_DIR/registry.pid"
+    if ! wait_for "$WAIT_S" registry registry_up; then
+        tail -n 40 "$STATE_DIR/registry.log" >&2 || true
+        die "registry did not answer GET http://$REGISTRY/v2/ within ${WAIT_S}s"
+    fi
+    log "registry up in $(elapsed "$t")s (pid $(cat "$STATE_DIR/registry.pid"))"
+fi
+
+# --------------------------------------------------------------------------- 4. base image
+if "$DOCKER" image inspect "$BASE_IMAGE" > /dev/null 2>&1; then
+    log "base image $BASE_IMAGE already present"
+else
+    t=$(date +%s.%N)
+    rootfs=$(mktemp -d /var/tmp/mtp-test-rootfs.XXXXXX)
+    trap 'rm -rf "$rootfs"' EXIT
+    log "debootstrap --variant=minbase bookworm (include $BASE_INCLUDE; log: $STATE_DIR/debootstrap.log)"
+    if ! debootstrap --variant=minbase --include="$BASE_INCLUDE" bookworm "$rootfs" "$MIRROR" \
+            > "$STATE_DIR/debootstrap.log" 2>&1; then
+        tail -n 30 "$STATE_DIR/debootstrap.log" >&2
+        die "debootstrap failed (log: $STATE_DIR/debootstrap.log)"
+    fi
+    t_boot=$(elapsed "$t")
+    # Keep the image small and reproducible-ish: no apt lists or caches.
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
+    t2=$(date +%s.%N)
+    tar -C "$rootfs" --numeric-owner -c . | "$DOCKER" import \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["/bin/bash"]' \
+        - "$BASE_IMAGE" > /dev/null
+    rm -rf "$rootfs"
+    trap - EXIT
+    log "base image $BASE_IMAGE built: debootstrap ${t_boot}s, import $(elapsed "$t2")s"
+fi
+
+# --------------------------------------------------------------------------- 5. BuildKit
+# Find a CLI that really builds with BuildKit: try buildx first, then the built-in
+# client (DOCKER_BUILDKIT=1), with a Dockerfile that needs BuildKit (a secret mount).
+probe_dir=$(mktemp -d /tmp/mtp-buildkit-probe.XXXXXX)
+cat > "$probe_dir/Dockerfile" <<EOF
+FROM $BASE_IMAGE
+RUN --mount=type=secret,id=probe test "\$(cat /run/secrets/probe)" = mtp-buildkit-probe && echo ok > /probe-ok
+EOF
+printf 'mtp-buildkit-probe' > "$probe_dir/secret"
+BUILDKIT_CLI=""
+BUILDKIT_MODE=""
+REPORT=()
+candidates=()
+for c in /usr/bin/docker /usr/local/bin/docker "$(command -v docker 2>/dev/null || true)"; do
+    [ -n "$c" ] && [ -x "$c" ] || continue
+    c=$(readlink -f "$c")
+    case " ${candidates[*]-} " in *" $c "*) ;; *) candidates+=("$c") ;; esac
+done
+for c in "${candidates[@]}"; do
+    ver=$("$c" version --format '{{.Client.Version}}' 2>/dev/null || echo '?')
+    if "$c" buildx version > /dev/null 2>&1 &&
+       "$c" buildx build -q --secret id=probe,src="$probe_dir/secret" -t mtp-buildkit-probe:latest --load "$probe_dir" > "$probe_dir/log" 2>&1; then
+        REPORT+=("$c (CLI $ver): buildx build works")
+        [ -n "$BUILDKIT_CLI" ] || { BUILDKIT_CLI=$c; BUILDKIT_MODE=buildx; }
+        continue
+    fi
+    if DOCKER_BUILDKIT=1 "$c" build -q --secret id=probe,src="$probe_dir/secret" -t mtp-buildkit-probe:latest "$probe_dir" > "$probe_dir/log" 2>&1; then
+        REPORT+=("$c (CLI $ver): DOCKER_BUILDKIT=1 docker build works")
+        [ -n "$BUILDKIT_CLI" ] || { BUILDKIT_CLI=$c; BUILDKIT_MODE=DOCKER_BUILDKIT=1; }
+    else
+        REPORT+=("$c (CLI $ver): no BuildKit ($( (grep -m1 -i 'error' "$probe_dir/log" || tail -n 1 "$probe_dir/log") | sed 's/^ *//' | cut -c1-100))")
+    fi
+done
+rm -rf "$probe_dir"
+"$DOCKER" image rm -f mtp-buildkit-probe:latest > /dev/null 2>&1 || true
+[ -n "$BUILDKIT_CLI" ] || { printf '  %s\n' "${REPORT[@]}" >&2; die "no docker CLI here builds with BuildKit"; }
+
+cat > "$STATE_DIR/env.sh" <<EOF
+# Written by scripts/setup-test-host.sh; source it before running the tests.
+export TESTCONTAINERS_RYUK_DISABLED=true
+export MTP_TEST_REGISTRY=$REGISTRY
+export MTP_TEST_BASE_IMAGE=$BASE_IMAGE
+export MTP_DOCKER_BUILDKIT_CLI=$BUILDKIT_CLI
+export MTP_DOCKER_BUILDKIT_MODE=$BUILDKIT_MODE
+EOF
+
+# --------------------------------------------------------------------------- summary
+dockerd_pid=$(cat /var/run/docker.pid 2>/dev/null || cat "$STATE_DIR/dockerd.pid" 2>/dev/null || echo '?')
+registry_pid=$(cat "$STATE_DIR/registry.pid" 2>/dev/null || echo '?')
+echo
+echo "MTP test host ready in $(elapsed "$T0")s"
+echo "  dockerd     $("$DOCKER" version --format '{{.Server.Version}}' 2>/dev/null) pid $dockerd_pid, log $STATE_DIR/dockerd.log"
+echo "  registry    http://$REGISTRY/v2/ pid $registry_pid, log $STATE_DIR/registry.log"
+echo "  base image  $BASE_IMAGE $("$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE" | cut -c1-19)"
+echo "  BuildKit    $BUILDKIT_CLI ($BUILDKIT_MODE)"
+printf '              %s\n' "${REPORT[@]}"
+echo "  tests       source $STATE_DIR/env.sh  (TESTCONTAINERS_RYUK_DISABLED=true)"
