@@ -1,0 +1,168 @@
+"""Command line: `python build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import manifest, rules
+from .errors import EXIT_INPUT, EXIT_RULES, BuilderError, InputError
+from .modelconfig import model_warnings
+from .plan import Plan, build_plan, verl_facts
+from .report import print_check, print_plan
+
+DEFAULT_PROFILE = "mtp-detach"
+
+
+def _common(p: argparse.ArgumentParser, sub: bool) -> None:
+    d = argparse.SUPPRESS if sub else None
+    p.add_argument("--manifests", type=Path, default=d if sub else None,
+                   help="manifests directory (default: ./manifests of this checkout)")
+    p.add_argument("--set", action="append", dest="sets", metavar="COMPONENT.FIELD=VALUE",
+                   default=d if sub else None,
+                   help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)")
+    p.add_argument("--json", action="store_true", default=d if sub else False,
+                   help="machine-readable output")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="build.py",
+        description="Build tested, reproducible verl + Megatron MTP images from manifests/.")
+    _common(parser, sub=False)
+    parser.add_argument("--profile", help=f"profile to build (default: {DEFAULT_PROFILE})")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="resolve, check and print the plan without Docker")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = subs.add_parser("list", help="one line per profile")
+    _common(p, sub=True)
+
+    p = subs.add_parser("check", help="validate manifests and run the compatibility rules")
+    _common(p, sub=True)
+    p.add_argument("--profile", default=argparse.SUPPRESS)
+
+    p = subs.add_parser("explain", help="the verl overrides for a profile, and when to choose it")
+    _common(p, sub=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--target", required=True, choices=["rl", "sft"])
+    p.add_argument("--model-config", type=Path, help="a HF config.json to check against the mode")
+    return parser
+
+
+def _load(args) -> manifest.Manifests:
+    return manifest.load(getattr(args, "manifests", None))
+
+
+def plan_for(m: manifest.Manifests, name: str, sets) -> Plan:
+    return build_plan(m, manifest.resolve_profile(m, name, sets))
+
+
+def cmd_list(args) -> int:
+    m = _load(args)
+    rows = []
+    for name in m.names():
+        plan = plan_for(m, name, getattr(args, "sets", None))
+        rows.append({"name": name, "mode": plan.mode, "targets": list(plan.targets),
+                     "experimental": plan.experimental, "summary": plan.summary,
+                     "image": plan.image})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        flag = " [experimental]" if r["experimental"] else ""
+        print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {r['summary']}{flag}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    m = _load(args)
+    names = [args.profile] if getattr(args, "profile", None) else m.names()
+    reports = []
+    for name in names:
+        plan = plan_for(m, name, getattr(args, "sets", None))
+        reports.append((plan, rules.evaluate(plan)))
+    failed = any(rules.errors(res) for _, res in reports)
+    if args.json:
+        print(json.dumps([{"profile": p.profile, "image": p.image, "ok": not rules.errors(res),
+                           "rules": [r.to_dict() for r in res]} for p, res in reports], indent=2))
+    else:
+        for plan, res in reports:
+            print_check(plan, res)
+    return EXIT_RULES if failed else 0
+
+
+def cmd_explain(args) -> int:
+    m = _load(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    if args.target not in plan.targets:
+        raise InputError("--target", args.target,
+                         f"profile {plan.profile} supports {', '.join(plan.targets)} only",
+                         f"use --target {plan.targets[0]} or another profile")
+    results = rules.evaluate(plan)
+    notes = [f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
+             for r in rules.errors(results) + rules.warnings(results)]
+    if args.model_config:
+        notes += model_warnings(args.model_config)
+    overrides = plan.overrides_for(args.target)
+    entry = verl_facts()["entrypoint"][args.target]
+    if args.json:
+        print(json.dumps({"profile": plan.profile, "mode": plan.mode, "target": args.target,
+                          "entrypoint": entry, "overrides": overrides,
+                          "choose_when": plan.choose_when, "warnings": notes,
+                          "image": plan.image}, indent=2))
+        return 0
+    print(f"# {plan.profile}: {plan.summary}")
+    print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
+    if plan.choose_when:
+        print(f"# choose it when: {plan.choose_when}")
+    print(f"# image: {plan.image}")
+    print("\n".join(overrides))
+    for note in notes:
+        print(f"# warning: {note}")
+    return 0
+
+
+def cmd_main(args) -> int:
+    m = _load(args)
+    name = args.profile or DEFAULT_PROFILE
+    plan = plan_for(m, name, args.sets)
+    results = rules.evaluate(plan)
+    if args.json:
+        print(json.dumps({"plan": plan.to_dict(), "image": plan.image, "digest": plan.digest,
+                          "rules": [r.to_dict() for r in results],
+                          "ok": not rules.errors(results)}, indent=2, sort_keys=True))
+    else:
+        print_plan(plan, results)
+    if rules.errors(results):
+        return EXIT_RULES
+    if args.dry_run:
+        return 0
+    raise BuilderError("building images is not available in this version yet; "
+                       "use --dry-run to see the plan")
+
+
+COMMANDS = {"list": cmd_list, "check": cmd_check, "explain": cmd_explain}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    handler = COMMANDS.get(args.command, cmd_main)
+    try:
+        return handler(args)
+    except BuilderError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # never a traceback for users; MTP_DEBUG=1 shows it
+        if os.environ.get("MTP_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
+              file=sys.stderr)
+        return 70

@@ -1,0 +1,38 @@
+"""User-facing errors: one line each, naming the file, the line, the key and the fix.
+
+Exit codes follow the CLI contract: 2 for bad input (manifests, flags), 1 for a
+check that ran and failed (rules, tests), 3 for an environment problem (docker,
+network) that is not the user's input.
+"""
+from __future__ import annotations
+
+EXIT_RULES = 1
+EXIT_INPUT = 2
+EXIT_ENV = 3
+
+
+class BuilderError(Exception):
+    exit_code = EXIT_ENV
+
+    def one_line(self) -> str:
+        return " ".join(str(self).split())
+
+
+class InputError(BuilderError):
+    """Bad manifest, profile or flag. `where` is 'file[:line]' or '--set'."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, where: str, key: str | None, problem: str, fix: str | None = None):
+        self.where, self.key, self.problem, self.fix = where, key, problem, fix
+        parts = [where]
+        if key:
+            parts.append(key)
+        text = ": ".join(parts) + ": " + problem
+        if fix:
+            text += f" (fix: {fix})"
+        super().__init__(text)
+
+
+class EnvironmentProblem(BuilderError):
+    exit_code = EXIT_ENV

@@ -1,0 +1,248 @@
+"""The Plan: a frozen, fully resolved description of one image.
+
+Everything after `resolve` reads only the Plan. Its content hash is the image's
+identity; the same manifests give the same Plan and the same hash, byte for byte.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .manifest import Manifests, ResolvedProfile
+
+PLAN_SCHEMA = "mtp-image-builder/plan/v1"
+IMAGE_REPOSITORY = "mtp-verl"
+MODE_LAYER = "mode"
+OS_LAYER = "os"
+
+
+@lru_cache(maxsize=None)
+def verl_facts() -> dict:
+    return yaml.safe_load(resources.files("mtpimage.data").joinpath("verl.yaml").read_text())
+
+
+@dataclass(frozen=True)
+class Patch:
+    file: str
+    sha256: str
+    url: str
+    strip: int
+    provides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    source: str            # git | pypi
+    package: str
+    layer: str
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    version: str | None
+    index: str
+    subdir: str
+    extras: tuple[str, ...]
+    patches: tuple[Patch, ...]
+
+    @property
+    def pin(self) -> str:
+        return self.commit if self.source == "git" else f"{self.package}=={self.version}"
+
+    def provides(self) -> set[str]:
+        return {p for patch in self.patches for p in patch.provides}
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    index: str
+    layer: str
+    extras: tuple[str, ...]
+
+    @property
+    def requirement(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    items: tuple[str, ...]     # component / package names, in install order
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    summary: str
+    choose_when: str
+    mode: str
+    experimental: bool
+    targets: tuple[str, ...]
+    models: tuple[str, ...]
+    engine: tuple[tuple[str, Any], ...]        # frozen mapping: sorted (key, value)
+    rollout_engine: str
+    python: str
+    cuda: str
+    base_image: str                             # name:tag@digest (digest may be absent)
+    base_digest: str | None
+    os_packages: tuple[str, ...]
+    indexes: tuple[tuple[str, str], ...]
+    components: tuple[Component, ...]
+    packages: tuple[Package, ...]
+    layers: tuple[Layer, ...]
+    verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]   # target -> override lines
+    size_budget_gb: float | None = None
+    overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+
+    # -- views -------------------------------------------------------------
+    def engine_dict(self) -> dict:
+        return {k: _thaw(v) for k, v in self.engine}
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def package(self, name: str) -> Package | None:
+        return next((p for p in self.packages if p.name == name), None)
+
+    def overrides_for(self, target: str) -> list[str]:
+        return list(dict(self.verl_overrides).get(target, ()))
+
+    @property
+    def recompute(self) -> dict | None:
+        return self.engine_dict().get("recompute")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["engine"] = self.engine_dict()
+        d["indexes"] = dict(self.indexes)
+        d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
+        d["overridden"] = {t: list(f) for t, f in self.overridden}
+        d["layers"] = [{"name": layer.name, "items": list(layer.items)} for layer in self.layers]
+        return {"schema": PLAN_SCHEMA, **_lists(d)}
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{self.profile}-{self.digest[:12]}"
+
+    @property
+    def image(self) -> str:
+        return f"{IMAGE_REPOSITORY}:{self.tag}"
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple) and value and all(isinstance(i, tuple) and len(i) == 2
+                                                  and isinstance(i[0], str) for i in value):
+        return {k: _thaw(v) for k, v in value}
+    return value
+
+
+def mode_overrides(mode: str) -> list[tuple[str, str]]:
+    """MtpConfig (field, value) pairs for a mode, following `extends`."""
+    modes = verl_facts()["modes"]
+    spec = modes[mode]
+    base = mode_overrides(spec["extends"]) if "extends" in spec else []
+    return base + [tuple(pair) for pair in spec["overrides"]]
+
+
+def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: str) -> list[str]:
+    """The exact Hydra overrides for a mode and target, MTP block first (upstream's order)."""
+    facts = verl_facts()
+    keys = facts["engine_keys"][target]
+    prefix = facts["mtp_prefix"][target]
+    lines = [f"{prefix}{k}={v}" for k, v in mode_overrides(mode)]
+    lines += [f"{k}={engine['name']}" for k in keys["engine"]]
+    if engine.get("bridge") == "mbridge":
+        lines += [f"{k}=True" for k in keys["vanilla_mbridge"]]
+    cp = engine.get("context_parallel_size", 1)
+    if cp and cp > 1:
+        lines += [f"{k}={cp}" for k in keys["context_parallel_size"]]
+    recompute = engine.get("recompute")
+    if recompute:
+        tc = keys["transformer_config"]
+        lines.append(f"{tc}recompute_granularity={recompute['granularity']}")
+        if recompute.get("method"):
+            lines.append(f"{tc}recompute_method={recompute['method']}")
+        if recompute.get("num_layers"):
+            lines.append(f"{tc}recompute_num_layers={recompute['num_layers']}")
+    lines += [f"{k}={rollout_engine}" for k in keys["rollout_name"]]
+    return lines
+
+
+def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
+    cat = m.catalogue.data
+    data = rp.data
+    plat = cat["platform"]
+    img = plat["base_image"]
+    base = f"{img['name']}:{img['tag']}" + (f"@{img['digest']}" if img.get("digest") else "")
+    components = tuple(
+        Component(
+            name=name, source=c["source"], package=c["package"], layer=c["layer"],
+            repo=c.get("repo"), ref=c.get("ref"), commit=c.get("commit"),
+            version=c.get("version"), index=c.get("index", "pypi"),
+            subdir=c.get("subdir", "."), extras=tuple(c.get("extras", [])),
+            patches=tuple(Patch(p["file"], p["sha256"], p["url"], p.get("strip", 1),
+                                tuple(p.get("provides", []))) for p in c.get("patches", [])),
+        )
+        for name, c in rp.components.items()
+    )
+    packages = tuple(
+        Package(name=name, version=p["version"], index=p.get("index", "pypi"),
+                layer=p["layer"], extras=tuple(p.get("extras", [])))
+        for name, p in rp.packages.items()
+    )
+    layers = [Layer(OS_LAYER, tuple(plat.get("os_packages", [])))]
+    for layer in cat["layers"]:
+        items = [p.name for p in packages if p.layer == layer] + \
+                [c.name for c in components if c.layer == layer]
+        if items:
+            layers.append(Layer(layer, tuple(items)))
+    layers.append(Layer(MODE_LAYER, ()))
+    engine = data["engine"]
+    overrides = tuple(
+        (t, tuple(verl_override_lines(data["mode"], t, engine, data["rollout"]["engine"])))
+        for t in data["targets"]
+    )
+    return Plan(
+        profile=rp.name, summary=data["summary"], choose_when=data.get("choose_when", ""),
+        mode=data["mode"], experimental=data.get("experimental", False),
+        targets=tuple(data["targets"]), models=tuple(data.get("models", [])),
+        engine=_freeze(engine), rollout_engine=data["rollout"]["engine"],
+        python=plat["python"], cuda=plat["cuda"], base_image=base,
+        base_digest=img.get("digest"), os_packages=tuple(plat.get("os_packages", [])),
+        indexes=tuple(sorted(cat["indexes"].items())),
+        components=components, packages=packages, layers=tuple(layers),
+        verl_overrides=overrides, size_budget_gb=data.get("size_budget_gb"),
+        overridden=tuple(sorted((k, tuple(v)) for k, v in rp.overridden.items())),
+    )
