@@ -43,13 +43,26 @@ def make_parser() -> argparse.ArgumentParser:
     p = subs.add_parser("check", help="validate manifests and run the compatibility rules")
     _common(p, sub=True)
     p.add_argument("--profile", default=argparse.SUPPRESS)
+    p.add_argument("--probe-sources", action="store_true",
+                   help="fetch each pinned source and decide rules from its code (see `lock`)")
 
     p = subs.add_parser("explain", help="the verl overrides for a profile, and when to choose it")
     _common(p, sub=True)
     p.add_argument("--profile", required=True)
     p.add_argument("--target", required=True, choices=["rl", "sft"])
     p.add_argument("--model-config", type=Path, help="a HF config.json to check against the mode")
+
+    # Stages after the plan live in their own modules; each adds its subcommands
+    # and its main-job options here, so cli.py stays a thin dispatcher.
+    for module in command_modules():
+        module.register(subs, lambda sp: _common(sp, sub=True))
+        module.add_main_options(parser)
     return parser
+
+
+def command_modules():
+    from .commands import MODULES
+    return MODULES
 
 
 def _load(args) -> manifest.Manifests:
@@ -84,7 +97,11 @@ def cmd_check(args) -> int:
     reports = []
     for name in names:
         plan = plan_for(m, name, getattr(args, "sets", None))
-        reports.append((plan, rules.evaluate(plan)))
+        probes = None
+        if args.probe_sources:
+            from .probes import probe_plan
+            probes = probe_plan(plan)
+        reports.append((plan, rules.evaluate(plan, probes)))
     failed = any(rules.errors(res) for _, res in reports)
     if args.json:
         print(json.dumps([{"profile": p.profile, "image": p.image, "ok": not rules.errors(res),
@@ -141,8 +158,11 @@ def cmd_main(args) -> int:
         return EXIT_RULES
     if args.dry_run:
         return 0
-    raise BuilderError("building images is not available in this version yet; "
-                       "use --dry-run to see the plan")
+    for module in command_modules():
+        code = module.run_main(args, m, plan, results)
+        if code is not None:
+            return code
+    raise BuilderError("no build stage is installed; use --dry-run to see the plan")
 
 
 COMMANDS = {"list": cmd_list, "check": cmd_check, "explain": cmd_explain}
@@ -151,7 +171,7 @@ COMMANDS = {"list": cmd_list, "check": cmd_check, "explain": cmd_explain}
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
-    handler = COMMANDS.get(args.command, cmd_main)
+    handler = getattr(args, "func", None) or COMMANDS.get(args.command, cmd_main)
     try:
         return handler(args)
     except BuilderError as exc:

@@ -1,0 +1,11 @@
+"""Subcommands of the stages after the plan (lock, image build/test/publish, ...).
+
+Each module exposes:
+  register(subparsers, add_common)   add its subcommands; set `func=handler(args) -> int`
+  add_main_options(parser)           add options of the main job (`build.py --profile ...`)
+  run_main(args, manifests, plan, results) -> int | None
+                                     run its part of the main job; None = not handled
+"""
+from . import image, lock
+
+MODULES = [lock, image]
