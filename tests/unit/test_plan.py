@@ -1,0 +1,49 @@
+"""The Plan is deterministic and its hash follows every input."""
+from __future__ import annotations
+
+import json
+
+from mtpimage import manifest
+from mtpimage.plan import build_plan
+
+from .helpers import run_cli
+
+
+def plan(profile, sets=None):
+    m = manifest.load()
+    return build_plan(m, manifest.resolve_profile(m, profile, sets))
+
+
+def test_same_inputs_same_bytes_across_processes():
+    a = run_cli("--profile", "mtp-detach", "--dry-run", "--json").stdout
+    b = run_cli("--profile", "mtp-detach", "--dry-run", "--json").stdout
+    assert a == b
+    assert json.loads(a)["digest"] == plan("mtp-detach").digest
+
+
+def test_hash_changes_with_a_pin():
+    base = plan("mtp-detach")
+    moved = plan("mtp-detach", ["verl.commit=" + "a" * 40])
+    assert base.digest != moved.digest
+    assert base.tag.startswith("mtp-detach-") and len(base.tag) == len("mtp-detach-") + 12
+
+
+def test_layers_follow_catalogue_order_and_end_with_mode():
+    p = plan("mtp-cp-recompute")
+    names = [layer.name for layer in p.layers]
+    assert names == ["os", "torch", "extensions", "megatron", "bridges", "sglang", "verl", "mode"]
+    assert dict((l.name, l.items) for l in p.layers)["megatron"] == ("megatron-lm",)
+
+
+def test_profiles_with_equal_pins_share_everything_but_mode():
+    a, b = plan("mtp-detach").to_dict(), plan("mtp-cp-recompute").to_dict()
+    for key in ("components", "packages", "layers", "base_image", "python", "cuda", "indexes"):
+        assert a[key] == b[key], key
+    assert a["engine"] != b["engine"] and a["verl_overrides"] != b["verl_overrides"]
+
+
+def test_inheritance_states_only_differences():
+    p = plan("mtp-cp-recompute")
+    assert p.mode == "mtp-only"                     # from mtp-detach
+    assert p.engine_dict()["context_parallel_size"] == 2   # its own
+    assert p.rollout_engine == "sglang"             # from base

@@ -1,0 +1,208 @@
+"""Each compatibility rule: one plan that triggers it, one that does not."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mtpimage import manifest, rules
+from mtpimage.plan import build_plan
+
+from .helpers import copy_manifests, edit_yaml, run_cli
+
+BAD_018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
+BAD_0182 = "571370c829ca768fe37244f4e2e7f28d8accc4ab"
+GOOD_019 = "5be9626709af2722333bf54797c954c09edeada3"
+ARRON_MBRIDGE = "6bf2d45a15dc4fb52d2f0c38ff546bee33447d10"
+
+
+def verdicts(profile: str, sets: list[str] | None = None, root: Path | None = None) -> dict:
+    m = manifest.load(root)
+    plan = build_plan(m, manifest.resolve_profile(m, profile, sets))
+    return {r.rule.id: r for r in rules.evaluate(plan)}
+
+
+def status(profile, rule_id, sets=None, root=None) -> str:
+    return verdicts(profile, sets, root)[rule_id].status
+
+
+def test_every_rule_has_a_predicate_and_a_fix():
+    ids = [r.id for r in rules.rules()]
+    assert len(ids) == len(set(ids))
+    assert {r.predicate for r in rules.rules()} == set(rules.PREDICATES)
+    for r in rules.rules():
+        assert r.severity in ("error", "warning")
+        assert r.fix and r.message
+    assert {"recompute-padding-mask", "mtp-needs-megatron-engine", "sglang-rollout-fix",
+            "mimo-needs-bridge-2387", "mbridge-mcore-017", "python-312", "torch-cuda-match",
+            "unpinned-ref", "rollout-throughput", "full-mode-changes-training"} <= set(ids)
+
+
+# recompute-padding-mask -----------------------------------------------------------
+@pytest.mark.parametrize("commit", [BAD_018, BAD_0182])
+def test_recompute_padding_mask_triggers_on_known_bad_commits(commit):
+    assert status("mtp-cp-recompute", "recompute-padding-mask",
+                  [f"megatron-lm.commit={commit}"]) == rules.FAIL
+
+
+def test_recompute_padding_mask_passes_on_fixed_release():
+    assert status("mtp-cp-recompute", "recompute-padding-mask",
+                  [f"megatron-lm.commit={GOOD_019}"]) == rules.PASS
+
+
+def test_recompute_padding_mask_not_applicable_without_recompute():
+    assert status("mtp-detach", "recompute-padding-mask",
+                  [f"megatron-lm.commit={BAD_018}"]) == rules.NA
+
+
+def test_recompute_padding_mask_pypi_versions():
+    bad = ["megatron-lm.source=pypi", "megatron-lm.version=0.18.2"]
+    good = ["megatron-lm.source=pypi", "megatron-lm.version=0.19.2"]
+    assert status("mtp-cp-recompute", "recompute-padding-mask", bad) == rules.FAIL
+    assert status("mtp-cp-recompute", "recompute-padding-mask", good) == rules.PASS
+
+
+def test_recompute_padding_mask_unknown_commit_is_reported_not_passed():
+    r = verdicts("mtp-cp-recompute", ["megatron-lm.commit=" + "1" * 40])["recompute-padding-mask"]
+    assert r.status == rules.UNKNOWN and "--probe-sources" in r.detail
+    assert r in rules.warnings([r]) and not rules.errors([r])
+
+
+def test_probe_verdict_overrides_known_lists():
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute"))
+    res = rules.evaluate(plan, {"recompute-padding-mask": rules.Verdict(rules.FAIL, "probed")})
+    r = next(r for r in res if r.rule.id == "recompute-padding-mask")
+    assert (r.status, r.source) == (rules.FAIL, "probe")
+
+
+# mtp-needs-megatron-engine ---------------------------------------------------------
+def test_mtp_needs_megatron_engine(tmp_path):
+    root = copy_manifests(tmp_path)
+    assert status("mtp-full", "mtp-needs-megatron-engine", root=root) == rules.PASS
+    edit_yaml(root / "profiles" / "mtp-full.yaml", lambda d: d.update(engine={"name": "fsdp"}))
+    assert status("mtp-full", "mtp-needs-megatron-engine", root=root) == rules.FAIL
+
+
+# sglang-rollout-fix ----------------------------------------------------------------
+def test_sglang_rollout_fix_passes_with_vendored_patch():
+    assert status("mtp-rollout", "sglang-rollout-fix") == rules.PASS
+
+
+def test_sglang_rollout_fix_triggers_without_patch():
+    assert status("mtp-rollout", "sglang-rollout-fix", ["sglang.patches="]) == rules.FAIL
+
+
+def test_sglang_rollout_fix_triggers_on_old_sglang():
+    assert status("mtp-rollout", "sglang-rollout-fix", ["sglang.version=0.5.5"]) == rules.FAIL
+
+
+def test_sglang_rollout_fix_fork_commit_passes():
+    sets = ["sglang.source=git", "sglang.repo=https://github.com/ArronHZG/sglang",
+            "sglang.commit=99433255ca365028b6c36d892ac67ac155e3d021", "sglang.patches=",
+            "sglang.subdir=python"]
+    assert status("mtp-rollout", "sglang-rollout-fix", sets) == rules.PASS
+
+
+def test_sglang_rollout_fix_not_applicable_without_rollout():
+    assert status("mtp-detach", "sglang-rollout-fix", ["sglang.patches="]) == rules.NA
+
+
+# mimo-needs-bridge-2387 --------------------------------------------------------------
+def test_mimo_needs_bridge_2387_known_good():
+    assert status("mtp-detach", "mimo-needs-bridge-2387") == rules.PASS
+
+
+def test_mimo_needs_bridge_2387_old_pypi_bridge_fails():
+    sets = ["megatron-bridge.source=pypi", "megatron-bridge.version=0.4.2"]
+    assert status("mtp-detach", "mimo-needs-bridge-2387", sets) == rules.FAIL
+
+
+def test_mimo_needs_bridge_2387_not_applicable_without_mimo(tmp_path):
+    root = copy_manifests(tmp_path)
+    edit_yaml(root / "profiles" / "mtp-detach.yaml", lambda d: d.update(models=["deepseek-v3"]))
+    sets = ["megatron-bridge.source=pypi", "megatron-bridge.version=0.4.2"]
+    assert status("mtp-detach", "mimo-needs-bridge-2387", sets, root) == rules.NA
+
+
+# mbridge-mcore-017 ---------------------------------------------------------------------
+def test_mbridge_mcore_017_arron_branch_with_new_megatron_fails():
+    sets = [f"mbridge.commit={ARRON_MBRIDGE}", "mbridge.repo=https://github.com/ArronHZG/mbridge"]
+    assert status("mtp-detach", "mbridge-mcore-017", sets) == rules.FAIL
+
+
+def test_mbridge_mcore_017_pypi_0151_fails_with_019():
+    sets = ["mbridge.source=pypi", "mbridge.version=0.15.1"]
+    assert status("mtp-detach", "mbridge-mcore-017", sets) == rules.FAIL
+
+
+def test_mbridge_mcore_017_arron_branch_with_old_megatron_passes():
+    sets = [f"mbridge.commit={ARRON_MBRIDGE}",
+            "megatron-lm.commit=23e092f41ec8bc659020e401ddac9576c1cfed7e"]
+    assert status("mtp-detach", "mbridge-mcore-017", sets) == rules.PASS
+
+
+def test_mbridge_mcore_017_default_passes():
+    assert status("mtp-detach", "mbridge-mcore-017") == rules.PASS
+
+
+# python-312 ----------------------------------------------------------------------------
+def test_python_312(tmp_path):
+    root = copy_manifests(tmp_path)
+    assert status("mtp-detach", "python-312", root=root) == rules.PASS
+    edit_yaml(root / "components.yaml", lambda d: d["platform"].update(python="3.10"))
+    assert status("mtp-detach", "python-312", root=root) == rules.FAIL
+
+
+# torch-cuda-match ----------------------------------------------------------------------
+def test_torch_cuda_match_default_passes():
+    assert status("mtp-detach", "torch-cuda-match") == rules.PASS
+
+
+@pytest.mark.parametrize("version", ["2.11.0+cu128", "2.11.0", "2.11.0+cpu"])
+def test_torch_cuda_match_mismatch_fails(version):
+    assert status("mtp-detach", "torch-cuda-match", [f"torch.version={version}"]) == rules.FAIL
+
+
+def test_torch_cuda_match_base_tag_mismatch_fails(tmp_path):
+    root = copy_manifests(tmp_path)
+    edit_yaml(root / "components.yaml",
+              lambda d: d["platform"]["base_image"].update(tag="12.8.1-devel-ubuntu24.04"))
+    assert status("mtp-detach", "torch-cuda-match", root=root) == rules.FAIL
+
+
+# unpinned-ref ----------------------------------------------------------------------------
+def test_unpinned_ref_passes_on_shipped():
+    assert status("mtp-detach", "unpinned-ref") == rules.PASS
+
+
+def test_unpinned_ref_base_without_digest(tmp_path):
+    root = copy_manifests(tmp_path)
+    edit_yaml(root / "components.yaml", lambda d: d["platform"]["base_image"].pop("digest"))
+    r = verdicts("mtp-detach", root=root)["unpinned-ref"]
+    assert r.status == rules.FAIL and "digest" in r.detail
+
+
+def test_unpinned_ref_git_source_without_commit():
+    # Switching a PyPI component to git without naming a commit leaves it floating;
+    # the schema catches the missing commit before the rule can.
+    proc = run_cli("check", "--profile", "mtp-detach", "--set", "sglang.source=git",
+                   "--set", "sglang.repo=https://github.com/sgl-project/sglang", "--set", "sglang.ref=main")
+    assert proc.returncode == 2 and "sglang.commit" in proc.stderr
+
+
+# warnings ----------------------------------------------------------------------------------
+def test_rollout_throughput_warning():
+    assert status("mtp-rollout", "rollout-throughput") == rules.FAIL
+    assert status("mtp-detach", "rollout-throughput") == rules.NA
+
+
+def test_full_mode_warning():
+    assert status("mtp-full", "full-mode-changes-training") == rules.FAIL
+    assert status("mtp-detach", "full-mode-changes-training") == rules.NA
+
+
+def test_warnings_do_not_fail_check():
+    proc = run_cli("check", "--profile", "mtp-full")
+    assert proc.returncode == 0
+    assert "WARNING full-mode-changes-training" in proc.stdout
