@@ -1,8 +1,45 @@
 #!/usr/bin/env python3
-"""Entry point: `python build.py --profile mtp-cp-recompute`. See README.md."""
-import sys
+"""Entry point: `python build.py --profile mtp-cp-recompute`. See README.md.
 
-from mtpimage.cli import main
+On a fresh machine the pinned dependencies (requirements.txt) may be missing; then
+this file makes ./.venv once, installs them there and re-runs itself inside it, so
+the README's one command is all a user types.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".venv"
+
+
+def _bootstrap() -> None:
+    python = VENV / "bin" / "python"
+    if Path(sys.executable).resolve() == python.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
+        print("error: missing Python dependencies; run: pip install -r requirements.txt",
+              file=sys.stderr)
+        sys.exit(3)
+    print(f"build.py: installing pinned dependencies into {VENV.name}/ (first run only)",
+          file=sys.stderr)
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "-r", str(HERE / "requirements.txt")], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"error: could not install dependencies into {VENV.name}/: {exc} "
+              "(fix: pip install -r requirements.txt)", file=sys.stderr)
+        sys.exit(3)
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+try:
+    import jinja2, jsonschema, packaging, requests, yaml  # noqa: E401,F401  (the pinned set)
+except ImportError:
+    _bootstrap()
+
+from mtpimage.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
