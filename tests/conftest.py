@@ -1,0 +1,100 @@
+"""Shared pytest fixtures. The logic lives in tests/fixtures/; this file only registers it.
+
+Git (session): ``git_world`` (fixture repos + git daemon + git config), ``fixture_repos``,
+``git_daemon``. Git (function): ``git_env`` (monkeypatches GIT_CONFIG_GLOBAL so
+``https://github.com/<owner>/...`` resolves to the loopback daemon), ``private_git_world``
+(fresh repos and daemon a test may change or stop). HTTP (function): ``http_server``.
+Docker (session): ``docker_host``, ``registry``: they fail loudly when the host is not
+prepared; set MTP_ALLOW_SKIP_E2E=1 to skip instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.dockerhost import DockerHost, probe_docker_host  # noqa: E402
+from tests.fixtures.servers import GitWorld, HttpFileServer, serve_git_world  # noqa: E402
+
+# No registry on the internet is reachable: testcontainers must not try to pull its reaper.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+@pytest.fixture(scope="session")
+def git_world(tmp_path_factory) -> GitWorld:
+    with serve_git_world(tmp_path_factory.mktemp("git-world")) as world:
+        yield world
+
+
+@pytest.fixture(scope="session")
+def fixture_repos(git_world):
+    return git_world.repos
+
+
+@pytest.fixture(scope="session")
+def git_daemon(git_world):
+    return git_world.daemon
+
+
+@pytest.fixture
+def git_env(git_world, monkeypatch) -> dict:
+    """Route github.com URLs to the session daemon for this test (and its subprocesses)."""
+    if not git_world.daemon.running:  # a test stopped the shared daemon: bring it back
+        git_world.daemon.start()
+    for key, value in git_world.env.items():
+        monkeypatch.setenv(key, value)
+    return git_world.env
+
+
+@pytest.fixture
+def private_git_world(tmp_path, monkeypatch) -> GitWorld:
+    """Repos and daemon of this test alone: advance branches, stop the server, at will."""
+    with serve_git_world(tmp_path / "git-world") as world:
+        for key, value in world.env.items():
+            monkeypatch.setenv(key, value)
+        yield world
+
+
+@pytest.fixture
+def http_server(tmp_path) -> HttpFileServer:
+    with HttpFileServer(tmp_path / "http") as server:
+        yield server
+
+
+def _e2e_unavailable(problems) -> None:
+    message = "end-to-end host not ready:\n  " + "\n  ".join(problems)
+    if os.environ.get("MTP_ALLOW_SKIP_E2E") == "1":
+        pytest.skip(message + "\n(skipped because MTP_ALLOW_SKIP_E2E=1)")
+    pytest.fail(message + "\n(set MTP_ALLOW_SKIP_E2E=1 to skip instead of failing)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def _docker_probe():
+    return probe_docker_host()
+
+
+@pytest.fixture(scope="session")
+def docker_host(_docker_probe) -> DockerHost:
+    host, problems = _docker_probe
+    if host is None:
+        _e2e_unavailable(problems)
+    return host
+
+
+@pytest.fixture(scope="session")
+def docker_available(docker_host) -> DockerHost:
+    """Same as ``docker_host``, for tests that only need to know it is there."""
+    return docker_host
+
+
+@pytest.fixture(scope="session")
+def registry(docker_host) -> str:
+    """host:port of the loopback registry (checked to answer GET /v2/)."""
+    return docker_host.registry
