@@ -1,0 +1,973 @@
+#!/usr/bin/env python3
+"""In-image GPU check for verl + Megatron Multi-Token-Prediction (MTP) training.
+
+Copied into every image at /opt/mtp/checks/gpu_check.py; also runnable by hand:
+
+    python gpu_check.py --mode {load-only,full,mtp-only,cp-recompute,all} \
+        [--version-vector PATH] [--json] [--cpu-only]
+    torchrun --nproc-per-node 2 gpu_check.py --mode cp-recompute   # adds the CP=2 checks
+
+It builds a tiny megatron-core GPTModel with one MTP layer on the installed stack,
+applies the installed verl's own MTP patching (verl/models/mcore/mtp_patch.py, loaded
+by file path so that all of verl is not imported) and runs an optimizer step in the
+requested mode, asserting what that mode promises:
+
+  load-only     MTP parameters exist (mtp.layers.0.*), are in the saved state dict,
+                get no MTP loss and do not change after the step.
+  full          the MTP loss alone gives non-zero gradients to trunk parameters.
+  mtp-only      (verl detach_encoder) the MTP loss alone gives exactly zero gradients
+                to the trunk (decoder + embedding) and non-zero gradients to every
+                MTP parameter.
+  cp-recompute  recompute_granularity=full, recompute_method=uniform,
+                recompute_num_layers=1 (and context_parallel_size=2 under a 2-rank
+                torchrun with TransformerEngine): the step completes and every MTP
+                parameter still gets a non-zero gradient.
+  rollout       (version vector only) checked like mtp-only; see docs/gpu.md.
+
+Exit codes: 0 every check passed (SKIPs allowed), 1 a check failed, 2 usage error
+(bad mode, unreadable version vector), 77 no CUDA device and --cpu-only not given
+(the automake/ctest "skipped" convention).
+
+Only the standard library is imported at module level: the pure logic (mode table,
+version-vector parsing, exception -> rule id mapping, report formatting, exit codes)
+is importable and testable without torch. torch and megatron.core are imported lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+SCHEMA_VERSION = 1
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_SKIP = 77
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+DEFAULT_VERSION_VECTOR = "/opt/mtp/version.json"
+
+CLI_MODES = ("load-only", "full", "mtp-only", "cp-recompute", "all")
+VECTOR_MODES = ("load-only", "full", "mtp-only", "rollout")
+# How a version-vector mode is checked. rollout (enable_rollout: MTP drafts tokens
+# for SGLang/vLLM speculative decoding) is checked like mtp-only: upstream pairs MTP
+# rollout with detach_encoder training (its recommended setting) and the draft layers
+# must keep learning, so the strictest training contract applies. The speculative
+# decoding itself is not exercised by this script.
+SEMANTICS_OF_MODE = {
+    "load-only": "load-only",
+    "full": "full",
+    "mtp-only": "mtp-only",
+    "rollout": "mtp-only",
+}
+
+RULE_RECOMPUTE_PADDING_MASK = "recompute-padding-mask"
+RULE_MTP_NO_GRADIENT = "mtp-no-gradient"
+MSG_MTP_NO_GRADIENT = "MTP parameters received no gradient"
+
+_PADDING_MASK_RE = re.compile(
+    r"_checkpointed_forward\(\) got an unexpected keyword argument 'padding_mask'"
+)
+
+
+# ----------------------------------------------------------------------------------
+# Pure logic (no torch)
+# ----------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """Bad command line or version vector (exit code 2)."""
+
+
+class CheckFailure(Exception):
+    """A check's assertion failed; carries the rule id where one exists."""
+
+    def __init__(self, message: str, rule: str | None = None):
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckSpec:
+    """One check to run. kind: env | training."""
+
+    name: str
+    kind: str
+    semantics: str | None = None  # load-only | full | mtp-only (training checks)
+    recompute: bool = False
+    cp: int = 1
+
+
+@dataclasses.dataclass
+class CheckResult:
+    name: str
+    status: str
+    detail: str = ""
+    rule: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "rule": self.rule}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What to run: the resolved mode, where it came from, and the checks."""
+
+    mode: str
+    source: str  # "--mode" or the version-vector path
+    checks: tuple[CheckSpec, ...]
+    engine: dict
+
+
+ENV_CHECKS = (
+    CheckSpec("torch-cuda", "env"),
+    CheckSpec("nccl-allreduce", "env"),
+)
+
+
+def _training(semantics: str, recompute: bool = False, cp: int = 1) -> CheckSpec:
+    if not recompute:
+        return CheckSpec(semantics, "training", semantics, False, 1)
+    name = f"cp-recompute[{semantics}]" if cp == 1 else f"cp-recompute[{semantics},cp={cp}]"
+    return CheckSpec(name, "training", semantics, True, cp)
+
+
+def _recompute_checks(semantics: str, world_size: int, cp_requested: int) -> list[CheckSpec]:
+    """CP=1 recompute check always; a CP>1 one when the launch has enough ranks."""
+    out = [_training(semantics, recompute=True, cp=1)]
+    if cp_requested > 1 and world_size >= cp_requested and world_size % cp_requested == 0:
+        out.append(_training(semantics, recompute=True, cp=cp_requested))
+    return out
+
+
+def checks_for_mode(
+    mode: str,
+    *,
+    recompute: bool = False,
+    world_size: int = 1,
+    cp_requested: int | None = None,
+) -> list[CheckSpec]:
+    """The mode table: which checks a mode runs, in order.
+
+    mode is a CLI mode (load-only, full, mtp-only, cp-recompute, all) or a version-vector
+    mode (adds rollout). recompute=True (full recompute in the version vector) adds the
+    cp-recompute check in the mode's semantics. cp_requested defaults to 2 for the
+    cp-recompute/all modes (used only when world_size allows it).
+    """
+    if mode not in CLI_MODES and mode not in VECTOR_MODES:
+        raise UsageError(f"unknown mode {mode!r}; expected one of {sorted(set(CLI_MODES) | set(VECTOR_MODES))}")
+    checks = list(ENV_CHECKS)
+    if mode == "all":
+        cp = 2 if cp_requested is None else cp_requested
+        checks += [_training(s) for s in ("load-only", "full", "mtp-only")]
+        for s in ("load-only", "full", "mtp-only"):
+            checks += _recompute_checks(s, world_size, cp)
+        return checks
+    if mode == "cp-recompute":
+        cp = 2 if cp_requested is None else cp_requested
+        for s in ("full", "mtp-only"):
+            checks += _recompute_checks(s, world_size, cp)
+        return checks
+    semantics = SEMANTICS_OF_MODE[mode]
+    checks.append(_training(semantics))
+    if recompute:
+        checks += _recompute_checks(semantics, world_size, cp_requested or 1)
+    return checks
+
+
+def parse_version_vector(data: Any, origin: str = "version vector") -> tuple[str, dict]:
+    """Validate a version vector; return (mode, normalised engine dict).
+
+    engine = {"context_parallel_size": int >= 1, "recompute": {"granularity": "full"|None,
+    "method": str|None, "num_layers": int|None}}. Missing engine keys take defaults.
+    """
+    if not isinstance(data, dict):
+        raise UsageError(f"{origin}: expected a JSON object, got {type(data).__name__}")
+    mode = data.get("mode")
+    if mode not in VECTOR_MODES:
+        raise UsageError(f"{origin}: 'mode' must be one of {list(VECTOR_MODES)}, got {mode!r}")
+    engine = data.get("engine") or {}
+    if not isinstance(engine, dict):
+        raise UsageError(f"{origin}: 'engine' must be an object")
+    cp = engine.get("context_parallel_size", 1)
+    if cp is None:
+        cp = 1
+    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+        raise UsageError(f"{origin}: engine.context_parallel_size must be an integer >= 1, got {cp!r}")
+    rec = engine.get("recompute") or {}
+    if not isinstance(rec, dict):
+        raise UsageError(f"{origin}: engine.recompute must be an object or null")
+    gran = rec.get("granularity")
+    if gran not in (None, "full", "selective"):
+        raise UsageError(f"{origin}: engine.recompute.granularity must be 'full', 'selective' or null, got {gran!r}")
+    norm = {
+        "context_parallel_size": cp,
+        "recompute": {"granularity": gran, "method": rec.get("method"), "num_layers": rec.get("num_layers")},
+    }
+    return mode, norm
+
+
+def load_version_vector(path: str) -> tuple[str, dict]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read version vector {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"version vector {path} is not valid JSON: {exc}") from exc
+    return parse_version_vector(data, origin=path)
+
+
+def resolve_plan(
+    mode: str | None, version_vector: str | None, world_size: int = 1
+) -> Plan:
+    """--mode wins; without it the mode and engine come from the version vector."""
+    if mode is not None:
+        engine = {"context_parallel_size": 2 if mode in ("cp-recompute", "all") else 1, "recompute": {}}
+        return Plan(mode, "--mode", tuple(checks_for_mode(mode, world_size=world_size)), engine)
+    path = version_vector or DEFAULT_VERSION_VECTOR
+    vmode, engine = load_version_vector(path)
+    recompute = engine["recompute"]["granularity"] == "full"
+    checks = checks_for_mode(
+        vmode, recompute=recompute, world_size=world_size, cp_requested=engine["context_parallel_size"]
+    )
+    return Plan(vmode, path, tuple(checks), engine)
+
+
+def classify_exception(exc: BaseException) -> tuple[str | None, str]:
+    """Map an exception raised by a check to (rule id or None, one-line detail)."""
+    if isinstance(exc, CheckFailure):
+        return exc.rule, str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TypeError) and _PADDING_MASK_RE.search(str(exc)):
+        return (
+            RULE_RECOMPUTE_PADDING_MASK,
+            text + " (megatron-core MTP full-recompute bug, NVIDIA/Megatron-LM#4933; fixed in 0.19.0)",
+        )
+    if MSG_MTP_NO_GRADIENT in str(exc):
+        return RULE_MTP_NO_GRADIENT, text
+    return None, text
+
+
+def exit_code_for(results: Iterable[CheckResult], gpu_skipped: str | None, cpu_only: bool) -> int:
+    results = list(results)
+    if any(r.status == FAIL for r in results):
+        return EXIT_FAIL
+    if gpu_skipped is not None and not cpu_only:
+        return EXIT_SKIP
+    return EXIT_OK
+
+
+def build_report(
+    results: Iterable[CheckResult],
+    env: dict,
+    *,
+    mode: str,
+    source: str,
+    gpu_skipped: str | None,
+    cpu_only: bool,
+) -> dict:
+    results = list(results)
+    code = exit_code_for(results, gpu_skipped, cpu_only)
+    return {
+        "schema": SCHEMA_VERSION,
+        "mode": mode,
+        "mode_source": source,
+        "checks": [r.as_dict() for r in results],
+        "env": env,
+        "gpu_skipped": gpu_skipped,
+        "exit_code": code,
+        "ok": code == EXIT_OK,
+    }
+
+
+def format_table(report: dict) -> str:
+    rows = [("CHECK", "STATUS", "RULE", "DETAIL")]
+    for c in report["checks"]:
+        rows.append((c["name"], c["status"], c["rule"] or "-", c["detail"]))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    w2 = max(len(r[2]) for r in rows)
+    lines = [f"mtp gpu_check: mode {report['mode']} (from {report['mode_source']})"]
+    env = report.get("env") or {}
+    env_keys = (
+        "python", "torch", "cuda", "driver", "gpus", "megatron_core", "verl", "world_size",
+        "mtp_patch",
+    )
+    for key in env_keys:
+        if key in env and env[key] not in (None, "", []):
+            val = env[key]
+            if isinstance(val, list):
+                val = ", ".join(str(v) for v in val)
+            lines.append(f"  {key}: {val}")
+    for r in rows:
+        lines.append(f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]:<{w2}}  {r[3]}")
+    if report.get("gpu_skipped"):
+        lines.append(f"GPU part skipped: {report['gpu_skipped']}")
+    n_fail = sum(c["status"] == FAIL for c in report["checks"])
+    n_pass = sum(c["status"] == PASS for c in report["checks"])
+    n_skip = sum(c["status"] == SKIP for c in report["checks"])
+    lines.append(
+        f"result: {'OK' if report['ok'] else 'NOT OK'} ({n_pass} pass, {n_fail} fail, {n_skip} skip; "
+        f"exit {report['exit_code']})"
+    )
+    return "\n".join(lines)
+
+
+def static_env() -> dict:
+    """Environment facts that need no torch import."""
+
+    def ver(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": ver("torch"),
+        "megatron_core": ver("megatron-core"),
+        "verl": ver("verl"),
+        "transformer_engine": ver("transformer-engine") or ver("transformer_engine"),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+    }
+
+
+def skipped_results(checks: Iterable[CheckSpec], reason: str) -> list[CheckResult]:
+    return [CheckResult(c.name, SKIP, f"GPU part skipped: {reason}") for c in checks]
+
+
+# ----------------------------------------------------------------------------------
+# GPU part (torch and megatron.core imported lazily)
+# ----------------------------------------------------------------------------------
+
+VOCAB = 128
+SEQ = 32
+BATCH = 2
+HIDDEN = 64
+HEADS = 4
+NUM_LAYERS = 2
+SEED = 1234
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def driver_version() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip().splitlines()
+        if out:
+            return out[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import pynvml  # type: ignore
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - optional source
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        m = re.search(r"Kernel Module\s+(\S+)", text)
+        return m.group(1) if m else None
+    except OSError:
+        return None
+
+
+class Runner:
+    """Holds the process group, megatron parallel state and the patch source."""
+
+    def __init__(self, args: argparse.Namespace, log: Callable[[str], None]):
+        self.args = args
+        self.log = log
+        self.cpu_debug = bool(args.debug_cpu_model)
+        import torch
+
+        self.torch = torch
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = torch.device("cpu") if self.cpu_debug else torch.device("cuda", self.local_rank)
+        self.cp_now: int | None = None
+        self.mtp_patch = None
+        self.mtp_patch_source = "not loaded"
+
+    # -- process group / parallel state -------------------------------------------------
+    def init_dist(self) -> None:
+        torch = self.torch
+        if not self.cpu_debug:
+            torch.cuda.set_device(self.local_rank)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        backend = "gloo" if self.cpu_debug else "nccl"
+        kwargs = {} if self.cpu_debug else {"device_id": self.device}
+        try:
+            torch.distributed.init_process_group(backend=backend, **kwargs)
+        except TypeError:  # older torch without device_id
+            torch.distributed.init_process_group(backend=backend)
+
+    def cpu_debug_shims(self) -> None:
+        """--debug-cpu-model only: megatron's local attention buffer and recompute RNG
+        bookkeeping call CUDA unconditionally; point them at the CPU. Never used on a GPU."""
+        torch = self.torch
+        from megatron.core.tensor_parallel import random as mrandom
+
+        torch.cuda.current_device = lambda: "cpu"
+        mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+        mrandom._set_cuda_rng_state = lambda *a, **k: None
+
+    def set_cp(self, cp: int) -> None:
+        from megatron.core import parallel_state
+
+        if self.cp_now == cp:
+            return
+        if self.cp_now is not None:
+            parallel_state.destroy_model_parallel()
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=cp
+        )
+        from megatron.core import tensor_parallel
+
+        if not self.cpu_debug:
+            tensor_parallel.model_parallel_cuda_manual_seed(SEED)
+        else:  # no CUDA RNG to fork on the CPU debug path
+            tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+        self.cp_now = cp
+
+    def shutdown(self) -> None:
+        torch = self.torch
+        try:
+            from megatron.core import parallel_state
+
+            parallel_state.destroy_model_parallel()
+        except Exception:  # noqa: BLE001
+            pass
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    # -- verl's MTP patch -----------------------------------------------------------------
+    def load_mtp_patch(self) -> None:
+        """Load the installed verl's verl/models/mcore/mtp_patch.py by file path."""
+        if self.args.no_verl:
+            self.mtp_patch_source = "local fallback (--no-verl given)"
+            return
+        try:
+            spec = importlib.util.find_spec("verl")  # finds the package without importing it
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            self.mtp_patch_source = "local fallback (verl not installed)"
+            return
+        path = Path(list(spec.submodule_search_locations)[0]) / "models" / "mcore" / "mtp_patch.py"
+        if not path.is_file():
+            self.mtp_patch_source = f"local fallback (verl installed but has no {path.name})"
+            return
+        mspec = importlib.util.spec_from_file_location("_mtp_check_verl_mtp_patch", path)
+        mod = importlib.util.module_from_spec(mspec)
+        with contextlib.redirect_stdout(sys.stderr):
+            mspec.loader.exec_module(mod)
+        self.mtp_patch = mod
+        try:
+            vv = importlib.metadata.version("verl")
+        except importlib.metadata.PackageNotFoundError:
+            vv = "?"
+        self.mtp_patch_source = f"verl {vv} mtp_patch (loaded by file path: {path})"
+
+    # -- model ----------------------------------------------------------------------------
+    def build_model(self, recompute: bool, cp: int):
+        torch = self.torch
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        kw: dict[str, Any] = dict(
+            num_layers=NUM_LAYERS,
+            hidden_size=HIDDEN,
+            num_attention_heads=HEADS,
+            ffn_hidden_size=2 * HIDDEN,
+            mtp_num_layers=1,
+            mtp_loss_scaling_factor=0.1,
+            context_parallel_size=cp,
+            use_cpu_initialization=True,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            params_dtype=torch.float32,
+        )
+        if recompute:
+            kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        config = TransformerConfig(**kw)
+        use_te = cp > 1
+        if use_te:
+            from megatron.core.models.gpt.gpt_layer_specs import (
+                get_gpt_layer_with_transformer_engine_spec,
+            )
+
+            layer_spec = get_gpt_layer_with_transformer_engine_spec()
+        else:
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+            layer_spec = get_gpt_layer_local_spec()
+        mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=use_te)
+        torch.manual_seed(SEED)
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec,
+            vocab_size=VOCAB,
+            max_sequence_length=SEQ,
+            mtp_block_spec=mtp_spec,
+            share_embeddings_and_output_weights=False,
+            # rope on GPU (as the real models); megatron's rope moves its buffer to CUDA, so
+            # the CPU debug path uses learned absolute positions instead.
+            position_embedding_type="learned_absolute" if self.cpu_debug else "rope",
+        ).to(self.device)
+        model.train()
+        return model
+
+    def apply_patches(self, model, detach: bool) -> str:
+        """Apply verl's engine patches (as verl's patch_engine_mtp does) or the local detach."""
+        applied = []
+        if self.mtp_patch is not None:
+            p = self.mtp_patch
+            with contextlib.redirect_stdout(sys.stderr):
+                for fn in ("patch_postprocess", "patch_mtp_layer_checkpointed_forward"):
+                    if hasattr(p, fn):
+                        getattr(p, fn)(model)
+                        applied.append(fn)
+                if detach:
+                    if not hasattr(p, "patch_mtp_layer_get_embeddings"):
+                        raise CheckFailure("installed verl mtp_patch has no patch_mtp_layer_get_embeddings")
+                    if not p.patch_mtp_layer_get_embeddings(model):
+                        raise CheckFailure("verl patch_mtp_layer_get_embeddings found no MTP layer to patch")
+                    applied.append("patch_mtp_layer_get_embeddings")
+            how = "verl:" + "+".join(applied)
+        elif detach:
+            for layer in model.mtp.layers:
+                _wrap_get_embeddings(layer, requires_grad=True)
+            how = "LOCAL detach (verl not used): decoder_input.detach(), hidden_states.detach().requires_grad_()"
+        else:
+            how = "none needed (verl not used)"
+        if detach and self.args.inject_broken_detach:
+            for layer in model.mtp.layers:
+                _wrap_get_embeddings(layer, requires_grad=False)
+            how += " + INJECTED BROKEN DETACH (no MTP input requires grad)"
+        return how
+
+    def attn_mask(self):
+        """None (causal mask made by the attention) on GPU; an explicit causal mask for
+        --debug-cpu-model, where megatron would build its default mask on CUDA."""
+        if not self.cpu_debug:
+            return None
+        torch = self.torch
+        return torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)[None, None]
+
+    def batch(self, cp: int):
+        torch = self.torch
+        g = torch.Generator().manual_seed(SEED + self.rank)
+        input_ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+        labels = torch.roll(input_ids, -1, dims=1)
+        position_ids = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ).contiguous()
+        loss_mask = torch.ones(BATCH, SEQ, dtype=torch.float32)
+        tensors = [input_ids, labels, position_ids, loss_mask]
+        if cp > 1:
+            from megatron.core import parallel_state
+
+            cp_rank = parallel_state.get_context_parallel_rank()
+            tensors = [_split_for_cp(torch, t, cp, cp_rank) for t in tensors]
+        return [t.to(self.device) for t in tensors]
+
+    # -- checks -----------------------------------------------------------------------------
+    def run_env_check(self, spec: CheckSpec) -> CheckResult:
+        torch = self.torch
+        if spec.name == "torch-cuda":
+            if self.cpu_debug:
+                return CheckResult(spec.name, SKIP, "--debug-cpu-model: CUDA not used")
+            n = torch.cuda.device_count()
+            x = torch.arange(4, device=self.device, dtype=torch.float32)
+            ok = float((x * 2).sum().item()) == 12.0
+            name = torch.cuda.get_device_name(self.device)
+            cap = torch.cuda.get_device_capability(self.device)
+            if not ok:
+                raise CheckFailure("a CUDA kernel gave a wrong result")
+            return CheckResult(
+                spec.name, PASS, f"{n} device(s); rank {self.rank} on cuda:{self.local_rank} {name} sm_{cap[0]}{cap[1]}"
+            )
+        if spec.name == "nccl-allreduce":
+            if self.cpu_debug:
+                return CheckResult(spec.name, SKIP, "--debug-cpu-model: gloo process group, NCCL not used")
+            backend = torch.distributed.get_backend()
+            t = torch.ones(1024, device=self.device) * (self.rank + 1)
+            torch.distributed.all_reduce(t)
+            torch.cuda.synchronize()
+            want = self.world_size * (self.world_size + 1) / 2
+            if backend != "nccl" or not torch.all(t == want):
+                raise CheckFailure(f"all-reduce over {backend} gave {t[0].item()}, expected {want}")
+            nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+            return CheckResult(spec.name, PASS, f"backend nccl {nccl}, {self.world_size} rank(s), sum {want:g}")
+        raise ValueError(spec.name)
+
+    def run_training_check(self, spec: CheckSpec) -> CheckResult:
+        torch = self.torch
+        sem = spec.semantics
+        if spec.cp > 1:
+            if importlib.util.find_spec("transformer_engine") is None:
+                return CheckResult(
+                    spec.name, SKIP,
+                    f"CP={spec.cp} not run: context parallelism needs TransformerEngine attention "
+                    "(megatron's local DotProductAttention asserts context_parallel_size == 1) and "
+                    "transformer_engine is not installed",
+                )
+        self.set_cp(spec.cp)
+        from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
+
+        MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0, device=self.device))
+        model = self.build_model(spec.recompute, spec.cp)
+        detach = sem == "mtp-only"
+        how = self.apply_patches(model, detach)
+        named = dict(model.named_parameters())
+        mtp = {n: p for n, p in named.items() if n.startswith("mtp.")}
+        trunk = {n: p for n, p in named.items() if n.startswith(("decoder.", "embedding."))}
+        head = {n: p for n, p in named.items() if n.startswith("output_layer.")}
+        if not mtp:
+            raise CheckFailure("model has no MTP parameters (mtp.*)")
+        bad_names = [n for n in mtp if not n.startswith("mtp.layers.0.")]
+        if bad_names:
+            raise CheckFailure(f"MTP parameters outside mtp.layers.0.*: {bad_names[:3]}")
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        input_ids, labels, position_ids, loss_mask = self.batch(spec.cp)
+        before = {n: p.detach().clone() for n, p in named.items()}
+        details = [f"CP={spec.cp}" + (" recompute=full/uniform/1" if spec.recompute else ""), how]
+
+        if sem == "load-only":
+            # state dict round trip: MTP weights are saved
+            buf = io.BytesIO()
+            torch.save(model.state_dict(), buf)
+            buf.seek(0)
+            sd = torch.load(buf, weights_only=True)
+            missing = [n for n in mtp if n not in sd]
+            if missing:
+                raise CheckFailure(f"MTP parameters missing from the saved state dict: {missing[:3]}")
+            # no MTP loss: verl passes no labels when enable_train is off; its patched
+            # _postprocess then skips the MTP block. Without verl, bypass the block likewise.
+            with _mtp_bypassed(model, active=self.mtp_patch is None):
+                logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask())
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            mtp_grad = _grad_norm(torch, mtp.values())
+            if mtp_grad != 0.0:
+                raise CheckFailure(f"load-only: MTP parameters got gradient (norm {mtp_grad:.3e}); an MTP loss is active")
+            opt.step()
+            _sync(torch, self.device)
+            changed_mtp = [n for n, p in mtp.items() if not torch.equal(p.detach(), before[n])]
+            changed_trunk = sum(not torch.equal(p.detach(), before[n]) for n, p in trunk.items())
+            if changed_mtp:
+                raise CheckFailure(f"load-only: {len(changed_mtp)} MTP parameters changed after the step, e.g. {changed_mtp[0]}")
+            if changed_trunk == 0:
+                raise CheckFailure("load-only: the optimizer step changed no trunk parameter")
+            details.append(
+                f"{len(mtp)} MTP params (mtp.layers.0.*) in state dict ({len(sd)} keys); loss {loss.item():.4f}; "
+                f"MTP unchanged, {changed_trunk}/{len(trunk)} trunk params changed"
+            )
+            return CheckResult(spec.name, PASS, "; ".join(details))
+
+        # full / mtp-only: 1) gradients of the MTP loss alone (main loss scaled by 0)
+        opt.zero_grad(set_to_none=True)
+        out = model(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
+            labels=labels, loss_mask=loss_mask,
+        )
+        main = _main_loss(torch, out, labels, loss_mask)
+        (main * 0.0).backward()
+        _sync(torch, self.device)
+        no_grad = [n for n, p in mtp.items() if p.grad is None or not bool(torch.any(p.grad != 0))]
+        trunk_norm = _grad_norm(torch, trunk.values())
+        dec_norm = _grad_norm(torch, [p for n, p in trunk.items() if n.startswith("decoder.")])
+        emb_norm = _grad_norm(torch, [p for n, p in trunk.items() if n.startswith("embedding.")])
+        head_norm = _grad_norm(torch, head.values())
+        mtp_norm = _grad_norm(torch, mtp.values())
+        grads = (
+            f"MTP-loss-only grad norms: mtp {mtp_norm:.3e}, decoder {dec_norm:.3e}, "
+            f"embedding {emb_norm:.3e}, output_layer {head_norm:.3e}"
+        )
+        if no_grad:
+            raise CheckFailure(
+                f"{MSG_MTP_NO_GRADIENT}: {len(no_grad)}/{len(mtp)} (e.g. {no_grad[0]}); {grads}; {how}",
+                RULE_MTP_NO_GRADIENT,
+            )
+        if sem == "full" and not (dec_norm > 0.0):
+            raise CheckFailure(f"full: the MTP loss gave no gradient to the decoder; {grads}")
+        if sem == "mtp-only" and trunk_norm != 0.0:
+            leaked = [n for n, p in trunk.items() if p.grad is not None and bool(torch.any(p.grad != 0))]
+            raise CheckFailure(
+                f"mtp-only: the MTP loss reached {len(leaked)} trunk parameters (e.g. {leaked[0]}); {grads}; {how}"
+            )
+        details.append(grads)
+        details.append(f"all {len(mtp)} MTP params non-zero")
+        # 2) a real step on main + MTP loss
+        opt.zero_grad(set_to_none=True)
+        out = model(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
+            labels=labels, loss_mask=loss_mask,
+        )
+        main = _main_loss(torch, out, labels, loss_mask)
+        if not bool(torch.isfinite(main)):
+            raise CheckFailure(f"main loss is not finite: {main.item()}")
+        main.backward()
+        opt.step()
+        _sync(torch, self.device)
+        unchanged = [n for n, p in mtp.items() if torch.equal(p.detach(), before[n])]
+        if unchanged:
+            raise CheckFailure(
+                f"{MSG_MTP_NO_GRADIENT} in the training step: {len(unchanged)} MTP params unchanged (e.g. {unchanged[0]})",
+                RULE_MTP_NO_GRADIENT,
+            )
+        details.append(f"step ok (loss {main.item():.4f}), MTP params updated")
+        return CheckResult(spec.name, PASS, "; ".join(details))
+
+
+def _split_for_cp(torch, t, cp: int, cp_rank: int):
+    """Megatron's load-balanced CP split along the sequence (dim 1): chunks r and 2cp-1-r."""
+    b, s = t.shape[0], t.shape[1]
+    t = t.view(b, 2 * cp, s // (2 * cp), *t.shape[2:])
+    idx = torch.tensor([cp_rank, 2 * cp - cp_rank - 1])
+    t = t.index_select(1, idx)
+    return t.reshape(b, -1, *t.shape[3:]).contiguous()
+
+
+def _main_loss(torch, out, labels, loss_mask):
+    """Mean LM loss. Native megatron returns per-token losses [b, s] when labels are given;
+    verl's patched _postprocess always returns logits [b, s, v] (verl computes the loss)."""
+    if out.dim() == 3:
+        per_token = torch.nn.functional.cross_entropy(
+            out.float().reshape(-1, out.shape[-1]), labels.reshape(-1), reduction="none"
+        ).view_as(labels)
+    else:
+        per_token = out.float()
+    return (per_token * loss_mask).sum() / loss_mask.sum()
+
+
+def _grad_norm(torch, params) -> float:
+    total = 0.0
+    for p in params:
+        if p.grad is not None:
+            total += float(p.grad.detach().float().pow(2).sum().item())
+    return total ** 0.5
+
+
+def _sync(torch, device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _wrap_get_embeddings(layer, requires_grad: bool) -> None:
+    """Detach the MTP layer's inputs after whatever _get_embeddings is in place.
+
+    requires_grad=True: the local stand-in for verl's detach_encoder (trunk hidden states
+    re-created as a leaf that requires grad). requires_grad=False: the deliberately broken
+    detach for --inject-broken-detach; under full recompute no input of the checkpointed
+    MTP block then requires grad, so its parameters silently get no gradient.
+    """
+    inner = layer._get_embeddings
+
+    def _get_embeddings(*args, **kwargs):
+        out = list(inner(*args, **kwargs))
+        out[-2] = out[-2].detach()  # decoder_input (token embeddings)
+        hs = out[-1].detach()  # trunk hidden states
+        out[-1] = hs.requires_grad_(True) if requires_grad else hs
+        return tuple(out)
+
+    layer._get_embeddings = _get_embeddings
+
+
+@contextlib.contextmanager
+def _mtp_bypassed(model, active: bool):
+    """Skip the MTP block in one forward (local stand-in for verl's label-less postprocess)."""
+    if not active:
+        yield
+        return
+    saved = (model.mtp_process, model.config.mtp_num_layers)
+    model.mtp_process = False
+    model.config.mtp_num_layers = None
+    try:
+        yield
+    finally:
+        model.mtp_process, model.config.mtp_num_layers = saved
+
+
+def gpu_env(runner: Runner) -> dict:
+    torch = runner.torch
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "world_size": runner.world_size,
+        "mtp_patch": runner.mtp_patch_source,
+    }
+    if not runner.cpu_debug:
+        env["driver"] = driver_version()
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        env["cuda_driver_api"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
+    try:
+        import megatron.core as mc
+
+        env["megatron_core"] = getattr(mc, "__version__", None) or importlib.metadata.version("megatron-core")
+        env["megatron_core_path"] = str(Path(mc.__file__).parent)
+    except Exception as exc:  # noqa: BLE001
+        env["megatron_core"] = f"import failed: {type(exc).__name__}: {exc}"
+    return env
+
+
+def run_gpu_part(plan: Plan, args: argparse.Namespace, log) -> tuple[list[CheckResult], dict]:
+    runner = Runner(args, log)
+    results: list[CheckResult] = []
+    t0 = time.time()
+    with contextlib.redirect_stdout(sys.stderr):
+        runner.init_dist()
+        try:
+            import megatron.core  # noqa: F401
+        except Exception as exc:  # noqa: BLE001
+            rule, detail = classify_exception(exc)
+            env = gpu_env(runner)
+            for spec in plan.checks:
+                if spec.kind == "env":
+                    results.append(_run_one(runner.run_env_check, spec, log))
+                else:
+                    results.append(CheckResult(spec.name, FAIL, f"megatron.core import failed: {detail}", rule))
+            runner.shutdown()
+            return results, env
+        if runner.cpu_debug:
+            runner.cpu_debug_shims()
+        runner.load_mtp_patch()
+        env = gpu_env(runner)
+        for spec in plan.checks:
+            fn = runner.run_env_check if spec.kind == "env" else runner.run_training_check
+            results.append(_run_one(fn, spec, log))
+        runner.shutdown()
+    env["seconds"] = round(time.time() - t0, 2)
+    return results, env
+
+
+def _run_one(fn, spec: CheckSpec, log) -> CheckResult:
+    t = time.time()
+    try:
+        res = fn(spec)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a report row
+        rule, detail = classify_exception(exc)
+        res = CheckResult(spec.name, FAIL, detail, rule)
+        if not isinstance(exc, CheckFailure):
+            import traceback
+
+            log(f"[{spec.name}] traceback:\n" + "".join(traceback.format_exception(exc)))
+    log(f"[{spec.name}] {res.status} in {time.time() - t:.2f}s: {res.detail}")
+    return res
+
+
+# ----------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="In-image GPU check for verl + Megatron MTP training (see docs/gpu.md).",
+        epilog="exit codes: 0 all checks passed, 1 a check failed, 2 usage error, "
+        "77 no CUDA device (GPU part skipped; use --cpu-only to make that exit 0)",
+    )
+    ap.add_argument("--mode", choices=CLI_MODES, help="checks to run; default: the version vector's mode")
+    ap.add_argument(
+        "--version-vector",
+        help=f"version vector JSON (keys mode, engine); read when --mode is absent (default {DEFAULT_VERSION_VECTOR})",
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--cpu-only", action="store_true", help="CPU-side logic only; skip the GPU part, exit 0")
+    ap.add_argument(
+        "--inject-broken-detach", action="store_true",
+        help="debug: detach the MTP inputs so none requires grad (shows the silent no-gradient hazard)",
+    )
+    ap.add_argument("--no-verl", action="store_true", help="debug: use the local detach even if verl is installed")
+    ap.add_argument(
+        "--debug-cpu-model", action="store_true",
+        help="debug: run the model checks on CPU with a gloo group (no CUDA/NCCL checks); for development",
+    )
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # argparse: 0 for --help, 2 for errors
+        return int(exc.code or 0)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    try:
+        plan = resolve_plan(args.mode, args.version_vector, world_size)
+    except UsageError as exc:
+        log(f"gpu_check: error: {exc}")
+        return EXIT_USAGE
+
+    env = static_env()
+    env["engine"] = plan.engine
+    gpu_skipped: str | None = None
+    if args.cpu_only:
+        gpu_skipped = "--cpu-only given"
+        results = skipped_results(plan.checks, gpu_skipped)
+    else:
+        try:
+            import torch
+        except Exception as exc:  # noqa: BLE001
+            results = [CheckResult("torch-cuda", FAIL, f"import torch failed: {type(exc).__name__}: {exc}")]
+            results += [CheckResult(c.name, SKIP, "torch missing") for c in plan.checks if c.name != "torch-cuda"]
+        else:
+            if not args.debug_cpu_model and not torch.cuda.is_available():
+                gpu_skipped = f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+                results = skipped_results(plan.checks, gpu_skipped)
+            else:
+                results, genv = run_gpu_part(plan, args, log)
+                env.update(genv)
+    report = build_report(
+        results, env, mode=plan.mode, source=plan.source, gpu_skipped=gpu_skipped, cpu_only=args.cpu_only
+    )
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if args.json:
+        if rank == 0 or not report["ok"]:
+            print(json.dumps(report, sort_keys=False))
+        if gpu_skipped:
+            log(f"GPU part skipped: {gpu_skipped}")
+    elif rank == 0 or not report["ok"]:
+        print(format_table(report) if rank == 0 else f"[rank {rank}]\n" + format_table(report))
+    sys.stdout.flush()
+    return report["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
