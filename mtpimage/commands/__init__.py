@@ -6,6 +6,7 @@ Each module exposes:
   run_main(args, manifests, plan, results) -> int | None
                                      run its part of the main job; None = not handled
 """
-from . import image, lock
+from . import ci, image, lock
 
-MODULES = [lock, image]
+# Order matters for the main job: lock (frozen check) runs before image (build/test/push).
+MODULES = [lock, image, ci]
