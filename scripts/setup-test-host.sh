@@ -100,7 +100,7 @@ else
         if [ -f "$pidf" ] && ! kill -0 "$(cat "$pidf" 2>/dev/null)" 2>/dev/null; then rm -f "$pidf"; fi
     done
     log "starting dockerd (log: $STATE_DIR/dockerd.log)"
-    nohup dockerd --host=unix:///var/run/docker.sock > "$STATE_DIR/dockerd.log" 2>&1 < /dev/null &
+    setsid nohup dockerd --host=unix:///var/run/docker.sock > "$STATE_DIR/dockerd.log" 2>&1 < /dev/null &
     echo $! > "$STATE_DIR/dockerd.pid"
     if ! wait_for "$WAIT_S" dockerd "$DOCKER" info; then
         tail -n 40 "$STATE_DIR/dockerd.log" >&2 || true
@@ -136,7 +136,7 @@ http:
     X-Content-Type-Options: [nosniff]
 EOF
     log "starting registry on $REGISTRY, storage $storage (log: $STATE_DIR/registry.log)"
-    nohup docker-registry serve "$STATE_DIR/registry.yml" > "$STATE_DIR/registry.log" 2>&1 < /dev/null &
+    setsid nohup docker-registry serve "$STATE_DIR/registry.yml" > "$STATE_DIR/registry.log" 2>&1 < /dev/null &
     echo $! > "$STATE_DIR/registry.pid"
     if ! wait_for "$WAIT_S" registry registry_up; then
         tail -n 40 "$STATE_DIR/registry.log" >&2 || true
