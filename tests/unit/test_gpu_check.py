@@ -1,0 +1,319 @@
+"""CPU-side logic of images/checks/gpu_check.py (the in-image GPU check, issue 5).
+
+The script is imported by file path (it is copied into images, not part of the package).
+None of these tests import torch: the GPU part is covered by the last test, which skips
+with a visible reason where no CUDA device (or no torch) is present, as in CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "images" / "checks" / "gpu_check.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses need the module registered
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gc = _load()
+
+
+def names(checks):
+    return [c.name for c in checks]
+
+
+# -- import hygiene ---------------------------------------------------------------------
+
+
+def test_import_does_not_pull_torch_or_megatron():
+    code = (
+        "import importlib.util, sys;"
+        f"s = importlib.util.spec_from_file_location('g', {str(SCRIPT)!r});"
+        "m = importlib.util.module_from_spec(s); sys.modules['g'] = m; s.loader.exec_module(m);"
+        "print(sorted(k for k in ('torch', 'megatron', 'verl') if k in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# -- mode table -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("load-only", ["torch-cuda", "nccl-allreduce", "load-only"]),
+        ("full", ["torch-cuda", "nccl-allreduce", "full"]),
+        ("mtp-only", ["torch-cuda", "nccl-allreduce", "mtp-only"]),
+        ("rollout", ["torch-cuda", "nccl-allreduce", "mtp-only"]),
+        ("cp-recompute", ["torch-cuda", "nccl-allreduce", "cp-recompute[full]", "cp-recompute[mtp-only]"]),
+    ],
+)
+def test_mode_table_single_rank(mode, expected):
+    assert names(gc.checks_for_mode(mode)) == expected
+
+
+def test_mode_all_covers_every_mode_and_recompute():
+    got = names(gc.checks_for_mode("all"))
+    assert got == [
+        "torch-cuda", "nccl-allreduce", "load-only", "full", "mtp-only",
+        "cp-recompute[load-only]", "cp-recompute[full]", "cp-recompute[mtp-only]",
+    ]
+
+
+def test_cp2_checks_only_with_two_ranks():
+    one = gc.checks_for_mode("cp-recompute", world_size=1)
+    two = gc.checks_for_mode("cp-recompute", world_size=2)
+    assert all(c.cp == 1 for c in one)
+    assert "cp-recompute[mtp-only,cp=2]" in names(two)
+    cp2 = next(c for c in two if c.name == "cp-recompute[mtp-only,cp=2]")
+    assert (cp2.cp, cp2.recompute, cp2.semantics) == (2, True, "mtp-only")
+    # 3 ranks cannot hold CP=2 evenly
+    assert all(c.cp == 1 for c in gc.checks_for_mode("cp-recompute", world_size=3))
+
+
+def test_recompute_checks_use_full_recompute_and_training_semantics():
+    for c in gc.checks_for_mode("all"):
+        if c.name.startswith("cp-recompute"):
+            assert c.recompute and c.kind == "training"
+        elif c.kind == "training":
+            assert not c.recompute and c.name == c.semantics
+
+
+def test_full_recompute_in_vector_adds_cp_recompute_in_same_semantics():
+    got = names(gc.checks_for_mode("full", recompute=True))
+    assert got == ["torch-cuda", "nccl-allreduce", "full", "cp-recompute[full]"]
+    got = names(gc.checks_for_mode("rollout", recompute=True, world_size=2, cp_requested=2))
+    assert got[-3:] == ["mtp-only", "cp-recompute[mtp-only]", "cp-recompute[mtp-only,cp=2]"]
+
+
+def test_unknown_mode_is_a_usage_error():
+    with pytest.raises(gc.UsageError, match="unknown mode"):
+        gc.checks_for_mode("detach")
+
+
+# -- version vector -----------------------------------------------------------------------
+
+
+def vector(mode="mtp-only", cp=2, gran="full"):
+    return {
+        "mode": mode,
+        "engine": {
+            "context_parallel_size": cp,
+            "recompute": {"granularity": gran, "method": "uniform" if gran else None, "num_layers": 1 if gran else None},
+        },
+    }
+
+
+def test_parse_version_vector_normalises():
+    mode, engine = gc.parse_version_vector(vector())
+    assert mode == "mtp-only"
+    assert engine == {
+        "context_parallel_size": 2,
+        "recompute": {"granularity": "full", "method": "uniform", "num_layers": 1},
+    }
+
+
+def test_parse_version_vector_defaults_engine():
+    mode, engine = gc.parse_version_vector({"mode": "load-only"})
+    assert mode == "load-only"
+    assert engine["context_parallel_size"] == 1
+    assert engine["recompute"]["granularity"] is None
+
+
+@pytest.mark.parametrize(
+    "data, msg",
+    [
+        ([], "JSON object"),
+        ({"mode": "detach"}, "'mode' must be one of"),
+        ({"mode": "cp-recompute"}, "'mode' must be one of"),  # a CLI mode, not a profile mode
+        ({"mode": "full", "engine": {"context_parallel_size": 0}}, "context_parallel_size"),
+        ({"mode": "full", "engine": {"context_parallel_size": True}}, "context_parallel_size"),
+        ({"mode": "full", "engine": {"recompute": {"granularity": "all"}}}, "granularity"),
+    ],
+)
+def test_parse_version_vector_rejects(data, msg):
+    with pytest.raises(gc.UsageError, match=msg):
+        gc.parse_version_vector(data)
+
+
+def test_resolve_plan_from_vector_file(tmp_path):
+    p = tmp_path / "version.json"
+    p.write_text(json.dumps(vector("full", cp=2, gran="full")))
+    plan = gc.resolve_plan(None, str(p), world_size=1)
+    assert plan.mode == "full" and plan.source == str(p)
+    assert names(plan.checks)[2:] == ["full", "cp-recompute[full]"]
+    plan2 = gc.resolve_plan(None, str(p), world_size=2)
+    assert names(plan2.checks)[-1] == "cp-recompute[full,cp=2]"
+
+
+def test_resolve_plan_without_recompute(tmp_path):
+    p = tmp_path / "version.json"
+    p.write_text(json.dumps(vector("load-only", cp=1, gran=None)))
+    assert names(gc.resolve_plan(None, str(p)).checks) == ["torch-cuda", "nccl-allreduce", "load-only"]
+
+
+def test_mode_flag_wins_over_vector(tmp_path):
+    p = tmp_path / "version.json"
+    p.write_text(json.dumps(vector("full")))
+    plan = gc.resolve_plan("load-only", str(p))
+    assert plan.mode == "load-only" and plan.source == "--mode"
+    assert "full" not in names(plan.checks)
+
+
+def test_resolve_plan_missing_or_bad_vector(tmp_path):
+    with pytest.raises(gc.UsageError, match="cannot read version vector"):
+        gc.resolve_plan(None, str(tmp_path / "absent.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(gc.UsageError, match="not valid JSON"):
+        gc.resolve_plan(None, str(bad))
+
+
+# -- exception -> rule id -----------------------------------------------------------------
+
+
+def test_padding_mask_typeerror_maps_to_rule():
+    exc = TypeError(
+        "MultiTokenPredictionLayer._checkpointed_forward() got an unexpected keyword argument 'padding_mask'"
+    )
+    rule, detail = gc.classify_exception(exc)
+    assert rule == "recompute-padding-mask"
+    assert detail.startswith("TypeError: MultiTokenPredictionLayer._checkpointed_forward()")
+
+
+def test_other_typeerrors_have_no_rule():
+    rule, detail = gc.classify_exception(TypeError("forward() got an unexpected keyword argument 'padding_mask'"))
+    assert rule is None
+    rule, _ = gc.classify_exception(
+        ValueError("_checkpointed_forward() got an unexpected keyword argument 'padding_mask'")
+    )
+    assert rule is None  # only the TypeError is the known bug
+    assert gc.classify_exception(RuntimeError("CUDA error: out of memory")) == (
+        None, "RuntimeError: CUDA error: out of memory"
+    )
+
+
+def test_no_gradient_failure_maps_to_rule():
+    exc = gc.CheckFailure(f"{gc.MSG_MTP_NO_GRADIENT}: 19/19", gc.RULE_MTP_NO_GRADIENT)
+    assert gc.classify_exception(exc) == ("mtp-no-gradient", "MTP parameters received no gradient: 19/19")
+    assert gc.MSG_MTP_NO_GRADIENT == "MTP parameters received no gradient"
+    # the message alone (e.g. re-raised as AssertionError) still maps
+    assert gc.classify_exception(AssertionError("MTP parameters received no gradient"))[0] == "mtp-no-gradient"
+
+
+# -- report / exit codes ------------------------------------------------------------------
+
+R = gc.CheckResult
+
+
+def test_exit_codes():
+    ok = [R("a", gc.PASS), R("b", gc.SKIP)]
+    bad = ok + [R("c", gc.FAIL, "x", "recompute-padding-mask")]
+    assert gc.exit_code_for(ok, None, False) == 0
+    assert gc.exit_code_for(bad, None, False) == 1
+    assert gc.exit_code_for(ok, "no CUDA device", False) == 77
+    assert gc.exit_code_for(ok, "--cpu-only given", True) == 0
+    assert gc.exit_code_for(bad, "no CUDA device", False) == 1  # a failure beats a skip
+
+
+def test_build_report_shape_and_ok():
+    rep = gc.build_report(
+        [R("torch-cuda", gc.PASS, "1 device"), R("cp-recompute[full]", gc.FAIL, "TypeError: ...", "recompute-padding-mask")],
+        {"torch": "2.11.0"}, mode="full", source="--mode", gpu_skipped=None, cpu_only=False,
+    )
+    assert rep["ok"] is False and rep["exit_code"] == 1
+    assert rep["checks"][1] == {
+        "name": "cp-recompute[full]", "status": "FAIL", "detail": "TypeError: ...", "rule": "recompute-padding-mask",
+    }
+    assert set(rep) >= {"checks", "env", "ok"}
+    json.dumps(rep)  # serialisable
+
+
+def test_format_table_lists_every_check_and_rule():
+    rep = gc.build_report(
+        [R("load-only", gc.PASS, "19 MTP params"), R("cp-recompute[mtp-only]", gc.FAIL, gc.MSG_MTP_NO_GRADIENT, "mtp-no-gradient")],
+        {"driver": "580.159.04", "gpus": ["NVIDIA H200"]}, mode="all", source="--mode", gpu_skipped=None, cpu_only=False,
+    )
+    text = gc.format_table(rep)
+    lines = text.splitlines()
+    row = next(line for line in lines if line.startswith("cp-recompute[mtp-only]"))
+    assert row.split()[1:3] == ["FAIL", "mtp-no-gradient"]
+    assert "driver: 580.159.04" in text and "gpus: NVIDIA H200" in text
+    assert lines[-1].startswith("result: NOT OK (1 pass, 1 fail, 0 skip; exit 1)")
+
+
+# -- the CLI without a GPU ----------------------------------------------------------------
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_cli_cpu_only_exits_0_with_visible_skip_line():
+    proc = run_cli("--mode", "all", "--cpu-only")
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU part skipped: --cpu-only given" in proc.stdout
+    assert "cp-recompute[mtp-only]" in proc.stdout
+
+
+def test_cli_cpu_only_json(tmp_path):
+    p = tmp_path / "version.json"
+    p.write_text(json.dumps(vector("rollout", cp=2, gran="full")))
+    proc = run_cli("--version-vector", str(p), "--json", "--cpu-only")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["ok"] is True and rep["mode"] == "rollout" and rep["gpu_skipped"] == "--cpu-only given"
+    assert [c["name"] for c in rep["checks"]] == ["torch-cuda", "nccl-allreduce", "mtp-only", "cp-recompute[mtp-only]"]
+    assert {c["status"] for c in rep["checks"]} == {"SKIP"}
+    assert "GPU part skipped" in proc.stderr
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    assert run_cli("--mode", "bogus", "--cpu-only").returncode == 2
+    assert run_cli("--version-vector", str(tmp_path / "none.json"), "--cpu-only").returncode == 2
+
+
+def _has_cuda() -> tuple[bool, str]:
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "no CUDA device (torch.cuda.is_available() is False)"
+    return True, ""
+
+
+def test_cli_without_gpu_exits_77():
+    has, why = _has_cuda()
+    if has:
+        pytest.skip("a CUDA device is present; the no-GPU exit status is not observable here")
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: without torch the script reports a FAIL, not a skip")
+    proc = run_cli("--mode", "full")
+    assert proc.returncode == 77
+    assert "GPU part skipped: no CUDA device" in proc.stdout
+
+
+def test_gpu_part_runs_on_a_gpu():
+    has, why = _has_cuda()
+    if not has:
+        pytest.skip(f"GPU part skipped: {why}; run images/checks/gpu_check.py on a GPU host (docs/gpu.md)")
+    if importlib.util.find_spec("megatron") is None:
+        pytest.skip("GPU part skipped: megatron-core is not installed")
+    proc = run_cli("--mode", "full", "--json")
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == 0, rep
+    assert any(c["name"] == "full" and c["status"] == "PASS" for c in rep["checks"])
