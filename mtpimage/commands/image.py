@@ -1,13 +1,285 @@
-"""Placeholder command module; see mtpimage/commands/__init__.py for the interface."""
+"""Render, build, test and publish images (issue 4).
+
+  python build.py render --profile NAME [--out DIR]
+  python build.py test --profile NAME [--image REF] [--gpu]
+  python build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
+
+The main job: render -> (up to date? stop) -> fetch sources -> BuildKit build (untagged)
+-> in-image checks -> local tags -> [push content tag -> move the profile tag].
+Nothing is tagged before the checks passed; a failed push rolls back what this run tagged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from .. import engine, imagetest, publish
+from ..errors import EXIT_RULES, BuilderError, EnvironmentProblem
+from ..plan import IMAGE_REPOSITORY, Plan
+from ..render import Rendered, render
+from ..versionvector import identity_labels
+
+
+class TestsFailed(BuilderError):
+    exit_code = EXIT_RULES
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _rendered(args, manifests, plan: Plan) -> Rendered:
+    return render(plan, manifests.root)
+
+
+def _local_id(ref: str) -> str | None:
+    proc = engine.docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+
+def _registry_of(image: str) -> str:
+    first = image.split("/")[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return "registry-1.docker.io" if first == "docker.io" else first
+    return "registry-1.docker.io"
+
+
+def base_preflight(plan: Plan) -> None:
+    """The base must be present locally or its registry reachable; say which, clearly."""
+    base = plan.base_image
+    if _local_id(base) is not None:
+        return
+    host = _registry_of(base)
+    scheme = "http" if host.split(":")[0].startswith("127.") or host.startswith("localhost") else "https"
+    try:
+        requests.get(f"{scheme}://{host}/v2/", timeout=5)
+    except requests.RequestException as exc:
+        raise EnvironmentProblem(
+            f"base image {base} is not present locally and its registry {host} cannot be reached "
+            f"({type(exc).__name__}) (fix: `docker pull` or `docker load` it on this machine, or "
+            "build where the registry is reachable; real profiles need their real CUDA base)")
+
+
+def build_image(args, plan: Plan, rendered: Rendered) -> str:
+    from ..buildctx import build_context
+
+    base_preflight(plan)
+    t0 = time.monotonic()
+    context = build_context(rendered, progress=_say)
+    kit = engine.detect()
+    _say(f"build   {rendered.identity} with {kit.describe()}")
+    progress = getattr(args, "progress", None) or ("tty" if sys.stderr.isatty() else "plain")
+    req = engine.BuildRequest(
+        context_tar=context, labels=identity_labels(rendered.identity),
+        ca_bundle=getattr(args, "ca_bundle", None), netrc=getattr(args, "netrc", None),
+        builder=getattr(args, "builder", None), progress=progress,
+        no_cache=getattr(args, "no_cache", False))
+    image_id = engine.build(req)
+    _say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
+    return image_id
+
+
+def run_tests(image: str, gpu: bool) -> imagetest.TestReport:
+    _say(f"test    in-image checks on {image[:40]}")
+    report = imagetest.run_checks(image, gpu=gpu)
+    _say(report.table())
+    return report
+
+
+def _tag(src: str, ref: str) -> None:
+    engine.docker("tag", src, ref)
+
+
+def _untag(ref: str) -> None:
+    engine.docker("image", "rm", "--no-prune", ref, check=False)
+
+
+def _push(ref: str) -> None:
+    _say(f"push    {ref}")
+    proc = engine.docker("push", ref, check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"docker push {ref} failed: "
+                                 f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
+
+
+def print_pulls(reg: publish.Registry, digest: str, as_json: bool = False) -> None:
+    pulls = publish.pull_strings(reg, IMAGE_REPOSITORY, digest)
+    _say(f"digest  {digest}")
+    for key in ("docker", "pyxis", "enroot", "apptainer"):
+        _say(f"{key:<9} {pulls[key]}")
+
+
+# ----------------------------------------------------------------------------- publish
+def publish_image(args, plan: Plan, rendered: Rendered, reg: publish.Registry) -> str:
+    content = reg.ref(IMAGE_REPOSITORY, rendered.identity)
+    human = reg.ref(IMAGE_REPOSITORY, plan.profile)
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    had_content = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity)
+    prev_local = {ref: _local_id(ref) for ref in (content, human)}
+    try:
+        _tag(local, content)
+        if had_content is None:
+            _push(content)
+        digest = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity)
+        if digest is None:
+            raise EnvironmentProblem(f"pushed {content} but the registry does not list it")
+        if reg.manifest_digest(IMAGE_REPOSITORY, plan.profile) != digest:
+            _tag(local, human)
+            _push(human)
+            if reg.manifest_digest(IMAGE_REPOSITORY, plan.profile) != digest:
+                raise EnvironmentProblem(f"{human} does not point at {digest} after the push")
+        return digest
+    except BaseException:
+        # Roll back what this run tagged: local registry-prefixed tags, and a content tag
+        # this run created in the registry (its manifest, by digest).
+        for ref, prev in prev_local.items():
+            if prev is None:
+                _untag(ref)
+            else:
+                _tag(prev, ref)
+        if had_content is None:
+            digest = None
+            try:
+                digest = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity)
+                if digest:
+                    requests.delete(f"{reg.base_url}/v2/{reg.repo_path(IMAGE_REPOSITORY)}/manifests/{digest}",
+                                    timeout=20)
+            except Exception:  # noqa: BLE001 - best effort; the original error matters
+                pass
+        raise
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_render(args) -> int:
+    from ..cli import plan_for
+
+    m = _manifests(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    rendered = render(plan, m.root)
+    out = Path(args.out) if args.out else Path("out") / plan.profile
+    rendered.write(out)
+    if getattr(args, "json", False):
+        print(json.dumps({"profile": plan.profile, "identity": rendered.identity,
+                          "image": rendered.image(), "context_digest": rendered.context_digest,
+                          "out": str(out), "files": sorted(rendered.files)}, indent=2))
+    else:
+        _say(f"rendered {plan.profile} -> {out}/Dockerfile ({len(rendered.files)} files)")
+        _say(f"identity {rendered.image()}   context sha256:{rendered.context_digest}")
+    return 0
+
+
+def _manifests(args):
+    from .. import manifest
+
+    return manifest.load(getattr(args, "manifests", None))
+
+
+def cmd_test(args) -> int:
+    from ..cli import plan_for
+
+    m = _manifests(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    image = args.image
+    if image is None:
+        rendered = render(plan, m.root)
+        image = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+        if _local_id(image) is None:
+            _say(f"{image} is not built yet: building it (untagged) to test it")
+            image = build_image(args, plan, rendered)
+    report = run_tests(image, args.gpu)
+    if not report.ok:
+        raise TestsFailed(f"in-image checks failed for {image}: "
+                          + "; ".join(f"{r['id']}: {r['detail']}" for r in report.results
+                                      if r["status"] == "fail")[:1500])
+    return 0
+
+
+def run_main(args, manifests, plan: Plan, results) -> int:
+    rendered = render(plan, manifests.root)
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    reg = None
+    if args.push or args.registry:
+        if not (args.push and args.registry):
+            from ..errors import InputError
+            raise InputError("--push", None, "--push and --registry go together",
+                             "use --push --registry HOST[:PORT]/NAMESPACE")
+        reg = publish.Registry.parse(args.registry)
+    _say(f"image   {local}")
+    local_id = _local_id(local)
+    remote = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if reg else None
+    if local_id is not None or remote is not None:
+        human_ok = reg is None or (remote is not None and
+                                   reg.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote)
+        if local_id is not None and _local_id(human_local) != local_id:
+            _tag(local_id, human_local)
+        if human_ok:
+            where = "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
+            _say(f"up to date: {local} exists {where}; nothing to build")
+            if reg is not None:
+                print_pulls(reg, remote)
+            return 0
+        if local_id is None:
+            raise EnvironmentProblem(f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
+                                     f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                                     f"(fix: docker pull it, then run again to move the tag)")
+        _say(f"up to date: {local} exists locally; publishing it")
+    else:
+        image_id = build_image(args, plan, rendered)
+        report = run_tests(image_id, getattr(args, "gpu", False))
+        if not report.ok:
+            raise TestsFailed(f"in-image checks failed; no tag was set or moved "
+                              f"(image {image_id[:19]} left untagged)")
+        _tag(image_id, local)
+        _tag(image_id, human_local)
+        _say(f"tagged  {local} and {human_local}")
+    if reg is not None:
+        digest = publish_image(args, plan, rendered, reg)
+        _say(f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
+             f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}")
+        print_pulls(reg, digest)
+    return 0
+
+
+# ----------------------------------------------------------------------------- plug-in
+def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
+    d = argparse.SUPPRESS if not main else None
+    p.add_argument("--ca-bundle", type=Path, default=d, metavar="PATH",
+                   help="CA bundle for HTTPS inside the build (a BuildKit secret: in no layer, label or log)")
+    p.add_argument("--netrc", type=Path, default=d, metavar="PATH",
+                   help="netrc with index tokens for pip inside the build (a BuildKit secret)")
+    p.add_argument("--builder", default=d, metavar="NAME", help="buildx builder (remote BuildKit) to build on")
+    p.add_argument("--progress", default=d, choices=["auto", "plain", "tty"],
+                   help="BuildKit progress output (default: tty on a terminal, else plain)")
+    p.add_argument("--no-cache", action="store_true", default=d if not main else False,
+                   help="build without the BuildKit cache")
+    p.add_argument("--gpu", action="store_true", default=d if not main else False,
+                   help="also run the GPU check in the test container (needs a GPU)")
 
 
 def register(subparsers, add_common) -> None:
-    return None
+    p = subparsers.add_parser("render", help="write the Dockerfile and build context of a profile")
+    add_common(p)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--out", type=Path, help="output directory (default: out/<profile>)")
+    p.set_defaults(func=cmd_render)
+
+    p = subparsers.add_parser("test", help="run the in-image checks of a profile's image in a container")
+    add_common(p)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--image", help="image to test (default: the profile's identity tag; built if missing)")
+    _build_options(p, main=False)
+    p.set_defaults(func=cmd_test, gpu=False, ca_bundle=None, netrc=None, builder=None,
+                   progress=None, no_cache=False)
 
 
 def add_main_options(parser) -> None:
-    return None
-
-
-def run_main(args, manifests, plan, results):
-    return None
+    parser.add_argument("--push", action="store_true", help="push after the tests pass (needs --registry)")
+    parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="registry to publish to")
+    _build_options(parser, main=True)

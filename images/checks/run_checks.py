@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""In-image checks of the MTP image builder. Copied into every image at /opt/mtp/checks/.
+
+    python /opt/mtp/checks/run_checks.py [--json] [--gpu] [--only ID ...]
+
+Checks (each reports pass, fail or skip, with a detail):
+  imports        import every installed distribution's top-level modules, each in its own
+                 subprocess (modules listed in import_skip.txt need a GPU at import: skipped)
+  pip-check      `pip check`: no broken or conflicting requirements
+  versions       every installed component and package matches /opt/mtp/version.json:
+                 commits of git sources, versions, sha256 of applied patches
+  probe:<id>     the lock's source probes repeated on what is installed
+                 (recompute-padding-mask: inspect.signature of Megatron's MTP layer)
+  cuda-runtime   CUDA runtime libraries present (skipped on bases without CUDA)
+  gpu            images/checks/gpu_check.py, only with --gpu
+
+Exit status 0 when nothing failed, 1 otherwise. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import glob
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VECTOR = Path(os.environ.get("MTP_VERSION_VECTOR", "/opt/mtp/version.json"))
+RECORDS = Path("/opt/mtp/installed")
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+def result(cid: str, status: str, detail: str) -> dict:
+    return {"id": cid, "status": status, "detail": detail}
+
+
+# ------------------------------------------------------------------------------- imports
+def skip_list() -> dict[str, str]:
+    out = {}
+    path = HERE / "import_skip.txt"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, _, why = line.partition("#")
+            if name.strip():
+                out[name.strip()] = why.strip()
+    return out
+
+
+def top_level_modules(dist) -> set[str]:
+    names: set[str] = set()
+    text = dist.read_text("top_level.txt")
+    if text:
+        names.update(n.strip().replace("/", ".") for n in text.splitlines() if n.strip())
+    else:
+        for f in dist.files or []:
+            parts = f.parts
+            if not parts or parts[0].endswith((".dist-info", ".egg-info", ".data")) or parts[0] in ("..", "__pycache__"):
+                continue
+            if len(parts) == 1:
+                if parts[0].endswith(".py"):
+                    names.add(parts[0][:-3])
+                elif parts[0].endswith((".so", ".pyd")):
+                    names.add(parts[0].split(".")[0])
+            elif parts[-1] == "__init__.py" and len(parts) == 2:
+                names.add(parts[0])
+            elif len(parts) >= 2 and parts[-1].endswith(".py"):
+                names.add(parts[0])  # namespace package
+    return {n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", n) and not n.startswith("__")}
+
+
+def _import_one(module: str) -> tuple[str, int, str]:
+    try:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                              text=True, timeout=300, cwd="/")
+    except subprocess.TimeoutExpired:
+        return module, 124, "timed out after 300 s"
+    lines = (proc.stderr or "").strip().splitlines()
+    return module, proc.returncode, lines[-1] if lines else ""
+
+
+def check_imports() -> list[dict]:
+    skips = skip_list()
+    modules: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or "?"
+        for mod in top_level_modules(dist):
+            modules.setdefault(mod, name)
+    todo = sorted(m for m in modules if m.split(".")[0] not in skips)
+    skipped = sorted(m for m in modules if m.split(".")[0] in skips)
+    failures = []
+    workers = min(8, (os.cpu_count() or 2))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for module, rc, last in pool.map(_import_one, todo):
+            if rc != 0:
+                failures.append(f"{module} ({modules[module]}): {last}")
+    detail = f"{len(todo) - len(failures)}/{len(todo)} top-level modules import"
+    if skipped:
+        detail += f"; skipped (GPU at import): {', '.join(skipped)}"
+    if failures:
+        return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures))]
+    return [result("imports", PASS, detail)]
+
+
+# ------------------------------------------------------------------------------- pip check
+def check_pip() -> list[dict]:
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    text = (proc.stdout + proc.stderr).strip().replace("\n", "; ")
+    return [result("pip-check", PASS if proc.returncode == 0 else FAIL, text or "ok")]
+
+
+# ------------------------------------------------------------------------------- versions
+def _norm(v: str | None) -> str:
+    return (v or "").strip().lower().replace("_", "-")
+
+
+def _installed(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(vector: dict) -> list[dict]:
+    problems, ok = [], 0
+    for comp in vector["components"]:
+        rec_path = RECORDS / f"{comp['name']}.json"
+        if not rec_path.is_file():
+            problems.append(f"{comp['name']}: no install record {rec_path}")
+            continue
+        rec = json.loads(rec_path.read_text())
+        have = _installed(comp["package"])
+        if have is None:
+            problems.append(f"{comp['name']}: distribution {comp['package']} not installed")
+            continue
+        if have != rec.get("version"):
+            problems.append(f"{comp['name']}: installed {have}, recorded at build {rec.get('version')}")
+        if comp["source"] == "git":
+            if rec.get("commit") != comp["commit"]:
+                problems.append(f"{comp['name']}: installed from commit {rec.get('commit')}, "
+                                f"version vector says {comp['commit']}")
+            if comp.get("version") and _norm(comp["version"]) != _norm(have):
+                problems.append(f"{comp['name']}: commit {comp['commit'][:10]} installs {comp['package']} "
+                                f"{have}, the manifest says {comp['version']}")
+        elif _norm(have) != _norm(comp["version"]):
+            problems.append(f"{comp['name']}: {comp['package']} {have} installed, pinned {comp['version']}")
+        want = sorted((Path(p["file"]).name, p["sha256"]) for p in comp["patches"])
+        got = sorted((p["file"], p["sha256"]) for p in rec.get("patches", []))
+        if want != got:
+            problems.append(f"{comp['name']}: applied patches {got} != version vector {want}")
+        ok += 1
+    for pkg in vector["packages"]:
+        have = _installed(pkg["name"])
+        if have is None:
+            problems.append(f"package {pkg['name']} not installed")
+        elif _norm(have) != _norm(pkg["version"]):
+            problems.append(f"package {pkg['name']} {have} installed, pinned {pkg['version']}")
+        else:
+            ok += 1
+    if problems:
+        return [result("versions", FAIL, "; ".join(problems))]
+    return [result("versions", PASS, f"{len(vector['components'])} components and "
+                   f"{len(vector['packages'])} packages match the version vector")]
+
+
+# ------------------------------------------------------------------------------- probes
+def _source_of(module: str) -> str | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    return Path(spec.origin).read_text(errors="replace")
+
+
+def probe_recompute() -> tuple[str, str]:
+    import inspect
+
+    try:
+        from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
+    except Exception as exc:  # noqa: BLE001 - report any import problem
+        return FAIL, f"cannot import MultiTokenPredictionLayer: {type(exc).__name__}: {exc}"
+    fwd = inspect.signature(MultiTokenPredictionLayer.forward).parameters
+    ckpt = inspect.signature(MultiTokenPredictionLayer._checkpointed_forward).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ckpt.values())
+    if "padding_mask" in fwd and "padding_mask" not in ckpt and not var_kw:
+        return FAIL, ("MultiTokenPredictionLayer.forward passes padding_mask but _checkpointed_forward"
+                      f"{inspect.signature(MultiTokenPredictionLayer._checkpointed_forward)} does not accept it: "
+                      "full recompute dies with TypeError: _checkpointed_forward() got an unexpected "
+                      "keyword argument 'padding_mask' (pin megatron-lm core_v0.19.0 or later)")
+    how = "accepts padding_mask" if "padding_mask" in ckpt else ("takes **kwargs" if var_kw else
+                                                                 "forward has no padding_mask")
+    return PASS, f"_checkpointed_forward {how}"
+
+
+def probe_sglang() -> tuple[str, str]:
+    src = _source_of("sglang.srt.model_executor.model_runner")
+    if src is None:
+        return FAIL, "sglang.srt.model_executor.model_runner not found"
+    if re.search(r"^def unwrap_ipc_tensors\(", src, re.M):
+        return PASS, "unwrap_ipc_tensors present (update_weights_from_tensor IPC fix applied)"
+    return FAIL, "unwrap_ipc_tensors missing: the sglang IPC-unwrap patch is not applied"
+
+
+def probe_mbridge() -> tuple[str, str]:
+    spec = importlib.util.find_spec("mbridge")
+    if spec is None or not spec.submodule_search_locations:
+        return FAIL, "mbridge not installed"
+    enums = _source_of("megatron.core.enums") or ""
+    if "encoder_and_decoder" in enums:
+        return PASS, "megatron-core still has ModelType.encoder_and_decoder"
+    users = [str(p) for loc in spec.submodule_search_locations for p in Path(loc).rglob("*.py")
+             if "ModelType.encoder_and_decoder" in p.read_text(errors="replace")]
+    if users:
+        return FAIL, "mbridge uses ModelType.encoder_and_decoder, removed from megatron-core: " + ", ".join(users)
+    return PASS, "mbridge does not use ModelType.encoder_and_decoder"
+
+
+def probe_mimo() -> tuple[str, str]:
+    if importlib.util.find_spec("megatron.bridge.models.mimo") is None:
+        return FAIL, "megatron.bridge.models.mimo missing (Megatron-Bridge PR #2387)"
+    return PASS, "Megatron-Bridge has the MiMo MTP bridge"
+
+
+PROBES = {"recompute-padding-mask": probe_recompute, "sglang-ipc-unwrap": probe_sglang,
+          "mbridge-mcore-017": probe_mbridge, "mimo-needs-bridge-2387": probe_mimo}
+
+
+def check_probes(vector: dict) -> list[dict]:
+    out = []
+    for pid in vector.get("probes", []):
+        fn = PROBES.get(pid)
+        if fn is None:
+            out.append(result(f"probe:{pid}", FAIL, "unknown probe id"))
+            continue
+        status, detail = fn()
+        out.append(result(f"probe:{pid}", status, detail))
+    if not out:
+        out.append(result("probes", SKIP, "no source probe applies to this profile"))
+    return out
+
+
+# ------------------------------------------------------------------------------- CUDA
+def check_cuda(vector: dict) -> list[dict]:
+    has_cuda = bool(os.environ.get("CUDA_VERSION")) or os.path.isdir("/usr/local/cuda")
+    if not has_cuda:
+        return [result("cuda-runtime", SKIP, "this base image has no CUDA toolkit (CUDA_VERSION unset, "
+                       "no /usr/local/cuda): a test base")]
+    major = (os.environ.get("CUDA_VERSION") or vector.get("cuda") or "").split(".")[0]
+    dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+            "/usr/local/cuda/targets/sbsa-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
+    dirs += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "*", "lib"))
+    want = ["libcudart.so", "libcublas.so", "libnccl.so"]
+    missing = []
+    for lib in want:
+        if not any(glob.glob(os.path.join(d, lib + "*")) for d in dirs):
+            missing.append(lib)
+    if missing:
+        return [result("cuda-runtime", FAIL, f"CUDA {major}: missing {', '.join(missing)}")]
+    return [result("cuda-runtime", PASS, f"CUDA {major}: {', '.join(want)} present")]
+
+
+# ------------------------------------------------------------------------------- GPU
+def check_gpu() -> list[dict]:
+    script = HERE / "gpu_check.py"
+    if not script.is_file():
+        return [result("gpu", FAIL, "gpu_check.py missing from the image")]
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    if proc.returncode == 77:
+        return [result("gpu", FAIL, "--gpu given but no CUDA device is visible: " + " | ".join(tail))]
+    return [result("gpu", PASS if proc.returncode == 0 else FAIL, " | ".join(tail))]
+
+
+# ------------------------------------------------------------------------------- main
+def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
+    vector = json.loads(VECTOR.read_text())
+    groups = [("imports", check_imports), ("pip-check", check_pip),
+              ("versions", lambda: check_versions(vector)), ("probes", lambda: check_probes(vector)),
+              ("cuda-runtime", lambda: check_cuda(vector))]
+    if gpu:
+        groups.append(("gpu", check_gpu))
+    results = []
+    for gid, fn in groups:
+        if only and gid not in only:
+            continue
+        try:
+            results.extend(fn())
+        except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check
+            results.append(result(gid, FAIL, f"check crashed: {type(exc).__name__}: {exc}"))
+    return results
+
+
+def table(results: list[dict]) -> str:
+    width = max(len(r["id"]) for r in results)
+    return "\n".join(f"{r['status'].upper():<5} {r['id']:<{width}}  {r['detail']}" for r in results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--gpu", action="store_true", help="also run gpu_check.py (needs a GPU)")
+    ap.add_argument("--only", nargs="*", help="check groups to run")
+    args = ap.parse_args(argv)
+    results = run(args.gpu, args.only)
+    failed = any(r["status"] == FAIL for r in results)
+    if args.json:
+        print(json.dumps({"ok": not failed, "results": results}, sort_keys=True))
+    else:
+        print(table(results))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+# Sourced by every install RUN of the rendered Dockerfile (bind-mounted, never in a layer).
+# BuildKit mounts a secret only when the build was given it (`--ca-bundle`, `--netrc`);
+# the files live in a tmpfs for one RUN and are not part of any layer.
+if [ -s /run/secrets/ca-bundle ]; then
+    export PIP_CERT=/run/secrets/ca-bundle
+    export SSL_CERT_FILE=/run/secrets/ca-bundle
+    export REQUESTS_CA_BUNDLE=/run/secrets/ca-bundle
+    export GIT_SSL_CAINFO=/run/secrets/ca-bundle
+fi

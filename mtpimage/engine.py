@@ -1,0 +1,166 @@
+"""BuildKit through the docker CLI.
+
+The Docker SDK cannot build with BuildKit (docker/docker-py#2230), so builds go through
+a docker CLI; everything else (inspect, tag, push, run) uses the SDK or the CLI plainly.
+A CLI is used only after it proved it has a BuildKit client:
+  `docker buildx version` answers           -> `docker buildx build --load`
+  `DOCKER_BUILDKIT=1 docker build --help` lists --secret -> the built-in client (CLI <= 22)
+A newer CLI without the buildx plugin refuses DOCKER_BUILDKIT=1: it is skipped, not trusted.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import BuilderError, EnvironmentProblem, InputError
+
+
+class BuildFailed(BuilderError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class BuildKitCLI:
+    cli: str
+    mode: str          # "buildx" | "builtin"
+    version: str
+
+    def describe(self) -> str:
+        how = "docker buildx build" if self.mode == "buildx" else "DOCKER_BUILDKIT=1 docker build"
+        return f"{self.cli} (CLI {self.version}, {how})"
+
+
+def candidates() -> list[str]:
+    found: list[str] = []
+    explicit = os.environ.get("MTP_DOCKER_CLI") or os.environ.get("MTP_DOCKER_BUILDKIT_CLI")
+    paths = [explicit] if explicit else []
+    paths += [shutil.which("docker") or "", "/usr/bin/docker", "/usr/local/bin/docker"]
+    for p in paths:
+        if p and os.access(p, os.X_OK):
+            real = os.path.realpath(p)
+            if real not in found:
+                found.append(real)
+    return found
+
+
+def _run(argv, env=None, timeout=60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+
+@lru_cache(maxsize=None)
+def detect() -> BuildKitCLI:
+    report = []
+    for cli in candidates():
+        ver = _run([cli, "version", "--format", "{{.Client.Version}}"]).stdout.strip() or "?"
+        if _run([cli, "buildx", "version"]).returncode == 0:
+            return BuildKitCLI(cli, "buildx", ver)
+        proc = _run([cli, "build", "--help"], env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        if proc.returncode == 0 and "--secret" in proc.stdout:
+            return BuildKitCLI(cli, "builtin", ver)
+        why = (proc.stderr or proc.stdout).strip().splitlines()
+        report.append(f"{cli} (CLI {ver}): {why[0] if why else 'no BuildKit client'}")
+    if not report:
+        raise EnvironmentProblem("no docker CLI found (fix: install docker, e.g. Debian's docker.io)")
+    raise EnvironmentProblem(
+        "no docker CLI here can build with BuildKit: " + "; ".join(report)
+        + " (fix: install the buildx plugin, or use a CLI with the built-in BuildKit client such as "
+          "Debian's docker.io; MTP_DOCKER_CLI=PATH selects one)")
+
+
+def docker(*args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
+           ) -> subprocess.CompletedProcess:
+    """A plain docker CLI call (the detected BuildKit CLI when there is one)."""
+    try:
+        cli = detect().cli
+    except EnvironmentProblem:
+        cli = (candidates() or ["docker"])[0]
+    proc = subprocess.run([cli, *args], capture_output=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: "
+                                 f"{proc.stderr.decode(errors='replace').strip()[-400:]}")
+    return proc
+
+
+@dataclass
+class BuildRequest:
+    context_tar: bytes
+    labels: dict
+    ca_bundle: Path | None = None
+    netrc: Path | None = None
+    builder: str | None = None
+    progress: str = "auto"
+    network: str | None = None
+    no_cache: bool = False
+
+
+def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
+    """Build an image from a context tar on stdin; return its image ID. No tag is set:
+    tags are set only after the image passed its tests."""
+    kit = detect()
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
+        iidfile = Path(tmp) / "iid"
+        if kit.mode == "buildx":
+            argv = [kit.cli, "buildx", "build", "--load"]
+            if req.builder:
+                argv += ["--builder", req.builder]
+        else:
+            if req.builder:
+                raise InputError("--builder", req.builder, "this docker CLI has no buildx: it builds "
+                                 "on the local daemon only", "install the buildx plugin or drop --builder")
+            env["DOCKER_BUILDKIT"] = "1"
+            argv = [kit.cli, "build"]
+        argv += ["--iidfile", str(iidfile), "--progress", req.progress]
+        for key, value in sorted(req.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
+            if path is not None:
+                p = Path(path)
+                if not p.is_file():
+                    raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+                argv += ["--secret", f"id={sid},src={p.resolve()}"]
+        if req.network:
+            argv += ["--network", req.network]
+        if req.no_cache:
+            argv += ["--no-cache"]
+        argv += ["-"]
+        log = open(log_path, "wb") if log_path else None
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env)
+            import threading
+
+            def feed():
+                try:
+                    proc.stdin.write(req.context_tar)
+                finally:
+                    proc.stdin.close()
+
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
+            tail: list[str] = []
+            for raw in proc.stdout:
+                if log:
+                    log.write(raw)
+                line = raw.decode(errors="replace")
+                tail = (tail + [line.rstrip()])[-25:]
+                if echo:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+            proc.wait()
+            feeder.join(timeout=5)
+        finally:
+            if log:
+                log.close()
+        if proc.returncode != 0:
+            raise BuildFailed("build failed: " + " | ".join(t for t in tail[-6:] if t.strip()))
+        return iidfile.read_text().strip()

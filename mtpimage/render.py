@@ -1,0 +1,210 @@
+"""Render: Plan -> Dockerfile + build context (jinja2 templates under images/).
+
+Pure: no network, no clock, no host paths in the output. The same Plan renders the same
+bytes, and the context is packed as a normalised tar (sorted names, mtime 0, uid/gid 0,
+fixed modes), so its sha256 is stable. Sources of git components are not rendered: they
+are pinned by commit in the Plan and added by buildctx.py at build time.
+
+The identity tag is `<profile>-<12 hex of sha256(plan digest, rendered context digest)>`.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from . import __version__
+from .plan import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, Plan
+from .versionvector import labels, vector_bytes
+
+IMAGES_DIR = Path(__file__).resolve().parent.parent / "images"
+PYPI = "pypi"
+
+
+def shell_quote(value) -> str:
+    return shlex.quote(str(value))
+
+
+def docker_quote(value) -> str:
+    """A Dockerfile double-quoted string (LABEL/ENV): JSON escapes, `$` escaped."""
+    text = json.dumps(str(value), ensure_ascii=True)
+    return text.replace("$", "\\$")
+
+
+def _env(images: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(images)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+        autoescape=False,
+    )
+    env.filters["q"] = shell_quote
+    env.filters["dq"] = docker_quote
+    return env
+
+
+@dataclass(frozen=True)
+class Rendered:
+    plan: Plan
+    files: dict            # relative path -> bytes (sorted on output)
+    context_digest: str    # sha256 of the normalised tar of `files`
+    identity: str          # <profile>-<12 hex>
+
+    @property
+    def dockerfile(self) -> str:
+        return self.files["Dockerfile"].decode()
+
+    def image(self, repository: str = IMAGE_REPOSITORY) -> str:
+        return f"{repository}:{self.identity}"
+
+    def write(self, out: Path) -> list[Path]:
+        out = Path(out)
+        written = []
+        for rel in sorted(self.files):
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.files[rel])
+            if rel.endswith((".py", ".sh")):
+                path.chmod(0o755)
+            written.append(path)
+        return written
+
+
+def _index_url(plan: Plan, name: str) -> str:
+    return dict(plan.indexes)[name]
+
+
+def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
+    steps: list[dict] = []
+    pkgs = [plan.package(i) for i in items if plan.package(i) is not None]
+    by_index: dict[str, list[str]] = {}
+    for p in pkgs:
+        by_index.setdefault(p.index, []).append(p.requirement)
+    for index in sorted(by_index):
+        steps.append({"kind": "packages", "name": f"{layer_name}-{index}",
+                      "index_url": _index_url(plan, index),
+                      "extra_index_url": _index_url(plan, PYPI) if index != PYPI and PYPI in dict(plan.indexes) else None,
+                      "requirements": by_index[index], "patches": []})
+    for item in items:
+        c = plan.component(item)
+        if c is None:
+            continue
+        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{Path(p.file).name}", "strip": p.strip}
+                   for p in c.patches]
+        extras = f"[{','.join(c.extras)}]" if c.extras else ""
+        if c.source == "git":
+            sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
+            steps.append({"kind": "git", "name": c.name, "package": c.package,
+                          "index_url": _index_url(plan, c.index),
+                          "target": f"/tmp/mtp-src/{c.name}{sub}{extras}", "patches": patches})
+        else:
+            steps.append({"kind": "pypi", "name": c.name, "package": c.package,
+                          "index_url": _index_url(plan, c.index),
+                          "extra_index_url": _index_url(plan, PYPI) if c.index != PYPI and PYPI in dict(plan.indexes) else None,
+                          "requirement": f"{c.package}{extras}=={c.version}", "patches": patches})
+    return steps
+
+
+def _constraints(plan: Plan) -> dict[str, bytes]:
+    """build/constraints/<layer>.txt: the pins of that layer and every layer below it, so a
+    later install cannot silently move an earlier pin, and a pin change above a layer does
+    not change the layer's inputs (its cache stays valid)."""
+    out: dict[str, bytes] = {}
+    pins: list[str] = []
+    for layer in plan.layers:
+        if layer.name in (OS_LAYER, MODE_LAYER):
+            continue
+        for item in layer.items:
+            p = plan.package(item)
+            if p is not None:
+                pins.append(f"{p.name}=={p.version}")
+            c = plan.component(item)
+            if c is not None and c.source == "pypi":
+                pins.append(f"{c.package}=={c.version}")
+        text = "# pins of this layer and the layers below it (rendered; do not edit)\n"
+        out[f"build/constraints/{layer.name}.txt"] = (text + "".join(f"{x}\n" for x in sorted(pins))).encode()
+    return out
+
+
+def _tree(src: Path, prefix: str) -> dict[str, bytes]:
+    files = {}
+    for path in sorted(src.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc"):
+            files[f"{prefix}/{path.relative_to(src).as_posix()}"] = path.read_bytes()
+    return files
+
+
+def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rendered:
+    images = Path(images or IMAGES_DIR)
+    install_layers = [
+        {"name": layer.name, "members": list(layer.items), "steps": _layer_steps(plan, layer.name, layer.items)}
+        for layer in plan.layers if layer.name not in (OS_LAYER, MODE_LAYER)
+    ]
+    template = _env(images).get_template("Dockerfile.j2")
+    dockerfile = template.render(
+        plan=plan, builder_version=__version__, os_packages=list(plan.os_packages),
+        install_layers=install_layers, labels=labels(plan, IMAGE_REPOSITORY),
+    )
+    files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
+    files.update(_tree(images / "lib", "build/lib"))
+    files.update(_constraints(plan))
+    root = Path(manifests_root).resolve()
+    for c in plan.components:
+        for p in c.patches:
+            data = (root / p.file).read_bytes()
+            if hashlib.sha256(data).hexdigest() != p.sha256:
+                from .errors import InputError
+                raise InputError(p.file, f"components.{c.name}.patches", "patch changed after the plan was made",
+                                 "re-run; if it persists, re-vendor the patch")
+            files[f"patches/{c.name}/{Path(p.file).name}"] = data
+    files["mtp/version.json"] = vector_bytes(plan)
+    files.update(_tree(images / "checks", "mtp/checks"))
+    for target, lines in plan.verl_overrides:
+        files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
+    files = dict(sorted(files.items()))
+    digest = hashlib.sha256(deterministic_tar(files)).hexdigest()
+    identity = f"{plan.profile}-{hashlib.sha256(f'{plan.digest}:{digest}'.encode()).hexdigest()[:12]}"
+    return Rendered(plan, files, digest, identity)
+
+
+def _mode(name: str) -> int:
+    return 0o755 if name.endswith((".py", ".sh")) else 0o644
+
+
+def deterministic_tar(files: dict[str, bytes], extra: list[tuple[str, bytes, int]] | None = None) -> bytes:
+    """A tar of {path: bytes}: sorted, directories listed, mtime 0, root-owned, fixed modes."""
+    entries: dict[str, tuple[bytes | None, int]] = {}
+    for rel, data in files.items():
+        entries[rel] = (data, _mode(rel))
+    for rel, data, mode in extra or []:
+        entries[rel] = (data, mode)
+    dirs = set()
+    for rel in entries:
+        parts = rel.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(dirs | set(entries)):
+            info = tarfile.TarInfo(name)
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if name in dirs and name not in entries:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+                continue
+            data, mode = entries[name]
+            info.size = len(data)
+            info.mode = mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

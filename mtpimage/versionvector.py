@@ -1,0 +1,113 @@
+"""The version vector: what an image contains, as JSON at /opt/mtp/version.json.
+
+A pure function of the Plan (no clock, no host facts), so the same Plan renders the
+same bytes. The in-image checks compare what is installed against it, and
+images/checks/gpu_check.py reads its `mode` and `engine`.
+"""
+from __future__ import annotations
+
+import json
+
+from . import __version__
+from .plan import Plan, mode_overrides, verl_facts
+
+VECTOR_SCHEMA = "mtp-image-builder/version-vector/v1"
+VECTOR_PATH = "/opt/mtp/version.json"
+LABEL_NS = "io.mtp-image-builder"
+
+
+def probes_for(plan: Plan) -> list[str]:
+    """Source probes to repeat on the installed stack (ids understood by images/checks)."""
+    from . import rules
+
+    f = rules.facts()
+    out = []
+    rc = plan.recompute or {}
+    if rc.get("granularity") == "full" and plan.mode in f["training_modes"] \
+            and plan.component("megatron-lm") is not None:
+        out.append("recompute-padding-mask")
+    sg = plan.component("sglang")
+    if sg is not None and f["sglang"]["fix_patch_provides"] in sg.provides():
+        out.append("sglang-ipc-unwrap")
+    if plan.component("mbridge") is not None and plan.engine_dict().get("bridge") == "mbridge":
+        out.append("mbridge-mcore-017")
+    if "mimo" in plan.models and plan.engine_dict().get("bridge") == "megatron-bridge" \
+            and plan.component("megatron-bridge") is not None:
+        out.append("mimo-needs-bridge-2387")
+    return out
+
+
+def version_vector(plan: Plan) -> dict:
+    facts = verl_facts()
+    components = []
+    for c in plan.components:
+        components.append({
+            "name": c.name, "source": c.source, "package": c.package, "layer": c.layer,
+            "repo": c.repo, "ref": c.ref, "commit": c.commit, "version": c.version,
+            "index": c.index, "extras": list(c.extras),
+            "patches": [{"file": p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
+                         "provides": list(p.provides)} for p in c.patches],
+        })
+    return {
+        "schema": VECTOR_SCHEMA,
+        "builder": {"name": "mtp-image-builder", "version": __version__},
+        "profile": plan.profile,
+        "summary": plan.summary,
+        "experimental": plan.experimental,
+        "mode": plan.mode,
+        "trains_mtp": bool(facts["modes"][plan.mode].get("trains_mtp", False)),
+        "mtp_config": dict(mode_overrides(plan.mode)),
+        "targets": list(plan.targets),
+        "models": list(plan.models),
+        "engine": plan.engine_dict(),
+        "rollout_engine": plan.rollout_engine,
+        "python": plan.python,
+        "cuda": plan.cuda,
+        "base_image": plan.base_image,
+        "plan_digest": plan.digest,
+        "components": components,
+        "packages": [{"name": p.name, "version": p.version, "index": p.index, "layer": p.layer,
+                      "extras": list(p.extras)} for p in plan.packages],
+        "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
+        "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
+        "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
+        "probes": probes_for(plan),
+    }
+
+
+def vector_bytes(plan: Plan) -> bytes:
+    return (json.dumps(version_vector(plan), indent=2, sort_keys=True) + "\n").encode()
+
+
+def identity_labels(identity: str) -> dict[str, str]:
+    """Labels that name the identity tag: given to the build with --label, because the
+    identity is a hash of the rendered Dockerfile and cannot appear inside it."""
+    return {"org.opencontainers.image.version": identity, f"{LABEL_NS}.identity": identity}
+
+
+def labels(plan: Plan, repository: str) -> dict[str, str]:
+    """OCI annotations plus the project's namespace, written as LABEL in the mode layer.
+    No timestamps, so renders stay byte-identical."""
+    vv = version_vector(plan)
+    out = {
+        "org.opencontainers.image.title": f"{repository}:{plan.profile}",
+        "org.opencontainers.image.description": plan.summary,
+        "org.opencontainers.image.vendor": "mtp-image-builder",
+        "org.opencontainers.image.base.name": plan.base_image.split("@")[0],
+        f"{LABEL_NS}.profile": plan.profile,
+        f"{LABEL_NS}.mode": plan.mode,
+        f"{LABEL_NS}.plan-digest": plan.digest,
+        f"{LABEL_NS}.version-vector": VECTOR_PATH,
+        f"{LABEL_NS}.engine": json.dumps(vv["engine"], sort_keys=True, separators=(",", ":")),
+    }
+    if plan.base_digest:
+        out["org.opencontainers.image.base.digest"] = plan.base_digest
+    verl = plan.component("verl")
+    if verl is not None and verl.source == "git":
+        out["org.opencontainers.image.revision"] = verl.commit or ""
+        out["org.opencontainers.image.source"] = verl.repo or ""
+    for c in plan.components:
+        out[f"{LABEL_NS}.component.{c.name}"] = c.pin
+    for target, lines in plan.verl_overrides:
+        out[f"{LABEL_NS}.verl-overrides.{target}"] = " ".join(lines)
+    return dict(sorted(out.items()))
