@@ -200,11 +200,6 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _sub_schema_doc(kind_def: str) -> dict:
-    full = schema.load_schema("components")
-    return {"$schema": full["$schema"], "$ref": f"#/$defs/{kind_def}", "$defs": full["$defs"]}
-
-
 def _select(m: Manifests, stack: dict, where_of) -> tuple[dict, dict]:
     """Copy the catalogue entries a profile's stack lists."""
     cat = m.catalogue.data
