@@ -146,9 +146,13 @@ EOF
 fi
 
 # --------------------------------------------------------------------------- 4. base image
-if "$DOCKER" image inspect "$BASE_IMAGE" > /dev/null 2>&1; then
+# The image records what it was made from; a change of the package list rebuilds it.
+BASE_RECIPE="bookworm minbase $BASE_INCLUDE"
+have_recipe=$("$DOCKER" image inspect --format '{{ index .Config.Labels "org.mtp-image-builder.test-base.recipe" }}' "$BASE_IMAGE" 2>/dev/null || true)
+if [ "$have_recipe" = "$BASE_RECIPE" ]; then
     log "base image $BASE_IMAGE already present"
 else
+    [ -z "$have_recipe" ] || log "base image $BASE_IMAGE was made from '$have_recipe': rebuilding"
     t=$(date +%s.%N)
     rootfs=$(mktemp -d /var/tmp/mtp-test-rootfs.XXXXXX)
     trap 'rm -rf "$rootfs"' EXIT
@@ -165,6 +169,7 @@ else
     tar -C "$rootfs" --numeric-owner -c . | "$DOCKER" import \
         --change 'ENV LANG=C.UTF-8' \
         --change 'CMD ["/bin/bash"]' \
+        --change "LABEL org.mtp-image-builder.test-base.recipe=\"$BASE_RECIPE\"" \
         - "$BASE_IMAGE" > /dev/null
     rm -rf "$rootfs"
     trap - EXIT
