@@ -100,7 +100,7 @@ def cmd_check(args) -> int:
         probes = None
         if args.probe_sources:
             from .probes import probe_plan
-            probes = probe_plan(plan)
+            probes = probe_plan(plan, m.root)
         reports.append((plan, rules.evaluate(plan, probes)))
     failed = any(rules.errors(res) for _, res in reports)
     if args.json:

@@ -1,8 +1,362 @@
-"""Source probes (lock issue): decide rules from the pinned sources' code."""
+"""Source probes: decide rules from the pinned sources' code (Python `ast`, never import).
+
+`probe_plan(plan)` fetches what each applicable rule needs (sources.py cache) and returns
+{rule_id: Verdict}; rules.evaluate() lets these verdicts override the known-commit lists.
+A rule that does not apply to the plan (its predicate says n/a) is not probed.
+
+Probes, each on the fetched tree of the pinned commit:
+  recompute-padding-mask   megatron/core/transformer/multi_token_prediction.py:
+                           MultiTokenPredictionLayer.forward takes padding_mask while
+                           _checkpointed_forward declares explicit parameters without it and
+                           without **kwargs -> fail
+  mbridge-mcore-017        mbridge's package code (mbridge/, not example/ or scripts) uses
+                           ModelType.encoder_and_decoder while the pinned Megatron's
+                           megatron/core/enums.py ModelType has no such member -> fail
+  sglang-rollout-fix       model_runner.py defines unwrap_ipc_tensors and
+                           speculative/eagle_worker.py uses it; for PyPI sglang + patch, the
+                           wheel is downloaded and the patch applied to a scratch copy first
+  mimo-needs-bridge-2387   megatron/bridge/models/mimo/mimo_bridge.py (under src/ upstream)
+                           defines class MimoBridge with MTP mappings (what PR #2387 added)
+"""
 from __future__ import annotations
 
-from .errors import BuilderError
+import ast
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import rules as rules_mod
+from . import sources
+from .plan import Component, Plan
+from .rules import FAIL, NA, PASS, UNKNOWN, Verdict
+
+MTP_FILE = "megatron/core/transformer/multi_token_prediction.py"
+ENUMS_FILE = "megatron/core/enums.py"
+SGLANG_RUNNER = "sglang/srt/model_executor/model_runner.py"
+SGLANG_EAGLE = "sglang/srt/speculative/eagle_worker.py"
+MIMO_BRIDGE = "megatron/bridge/models/mimo/mimo_bridge.py"
+
+PROBED_RULES = ("recompute-padding-mask", "mbridge-mcore-017", "sglang-rollout-fix",
+                "mimo-needs-bridge-2387")
 
 
-def probe_plan(plan):
-    raise BuilderError("source probes are not available in this version yet")
+# ----------------------------------------------------------------------------- pure probes
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except (OSError, SyntaxError):
+        return None
+
+
+def _find(root: Path, rel: str, prefixes=("", "src/", "python/")) -> Path | None:
+    for prefix in prefixes:
+        p = root / prefix / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def _class(mod: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _method(cls: ast.ClassDef, name: str):
+    return next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == name), None)
+
+
+def _params(fn) -> tuple[set[str], bool]:
+    a = fn.args
+    names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    return names, a.kwarg is not None
+
+
+def recompute_signature(tree: Path) -> Verdict:
+    path = _find(tree, MTP_FILE, ("",))
+    if path is None:
+        return Verdict(PASS, f"{MTP_FILE} not found: this Megatron has no MTP recompute path")
+    mod = _parse(path)
+    if mod is None:
+        return Verdict(UNKNOWN, f"{MTP_FILE} does not parse")
+    cls = _class(mod, "MultiTokenPredictionLayer")
+    if cls is None:
+        return Verdict(UNKNOWN, f"{MTP_FILE} has no class MultiTokenPredictionLayer")
+    fwd, ckpt = _method(cls, "forward"), _method(cls, "_checkpointed_forward")
+    if fwd is None:
+        return Verdict(UNKNOWN, "MultiTokenPredictionLayer has no forward()")
+    fwd_names, _ = _params(fwd)
+    if "padding_mask" not in fwd_names:
+        return Verdict(PASS, "forward() takes no padding_mask (source probe)")
+    if ckpt is None:
+        return Verdict(PASS, "no _checkpointed_forward() (source probe)")
+    names, has_kwargs = _params(ckpt)
+    if "padding_mask" in names:
+        return Verdict(PASS, "_checkpointed_forward() accepts padding_mask (source probe)")
+    if has_kwargs:
+        return Verdict(PASS, "_checkpointed_forward() takes **kwargs (source probe)")
+    return Verdict(FAIL, f"{MTP_FILE}:{ckpt.lineno}: _checkpointed_forward() declares explicit "
+                   "parameters without padding_mask while forward() passes it (source probe)")
+
+
+def _uses_attr(mod: ast.Module, owner: str, attr: str) -> int | None:
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Attribute) and node.attr == attr:
+            v = node.value
+            name = v.id if isinstance(v, ast.Name) else (v.attr if isinstance(v, ast.Attribute) else None)
+            if name == owner:
+                return node.lineno
+    return None
+
+
+def package_uses_encoder_and_decoder(tree: Path, package: str) -> str | None:
+    """'file:line' of the first ModelType.encoder_and_decoder in the package's own code."""
+    pkg = package.replace("-", "_")
+    roots = [r for r in (tree / pkg, tree / "src" / pkg) if r.is_dir()]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            mod = _parse(path)
+            line = _uses_attr(mod, "ModelType", "encoder_and_decoder") if mod else None
+            if line:
+                return f"{path.relative_to(tree)}:{line}"
+    return None
+
+
+def modeltype_members(tree: Path) -> set[str] | None:
+    path = _find(tree, ENUMS_FILE, ("",))
+    mod = _parse(path) if path else None
+    cls = _class(mod, "ModelType") if mod else None
+    if cls is None:
+        return None
+    out = set()
+    for node in cls.body:
+        if isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def mbridge_modeltype(mbridge_tree: Path, package: str, megatron_tree: Path | None,
+                      megatron_version=None) -> Verdict:
+    use = package_uses_encoder_and_decoder(mbridge_tree, package)
+    if use is None:
+        return Verdict(PASS, f"{package}'s package code does not use ModelType.encoder_and_decoder "
+                       "(source probe)")
+    if megatron_tree is not None:
+        members = modeltype_members(megatron_tree)
+        if members is None:
+            return Verdict(UNKNOWN, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron "
+                           f"has no ModelType in {ENUMS_FILE}")
+        if "encoder_and_decoder" in members:
+            return Verdict(PASS, f"{use} uses ModelType.encoder_and_decoder, which the pinned "
+                           "Megatron still has (source probe)")
+        return Verdict(FAIL, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron's "
+                       f"ModelType has only {', '.join(sorted(members))} (source probe)")
+    if megatron_version is not None:
+        if megatron_version.release >= (0, 17):
+            return Verdict(FAIL, f"{use} uses ModelType.encoder_and_decoder; megatron-core "
+                           f"{megatron_version} removed it")
+        return Verdict(PASS, f"{use} uses ModelType.encoder_and_decoder; megatron-core "
+                       f"{megatron_version} < 0.17 has it")
+    return Verdict(UNKNOWN, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron is unknown")
+
+
+def _defines_function(mod: ast.Module, name: str) -> bool:
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+               for n in ast.walk(mod))
+
+
+def _calls(mod: ast.Module, name: str) -> bool:
+    for n in ast.walk(mod):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
+                return True
+    return False
+
+
+def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
+    runner, eagle = _find(tree, SGLANG_RUNNER), _find(tree, SGLANG_EAGLE)
+    if runner is None or eagle is None:
+        return Verdict(UNKNOWN, f"{SGLANG_RUNNER} or {SGLANG_EAGLE} not found in the sglang tree")
+    rmod, emod = _parse(runner), _parse(eagle)
+    if rmod is None or emod is None:
+        return Verdict(UNKNOWN, "sglang sources do not parse")
+    if not _defines_function(rmod, "unwrap_ipc_tensors"):
+        return Verdict(FAIL, f"{SGLANG_RUNNER} has no unwrap_ipc_tensors: the IPC handle is opened "
+                       f"twice on MTP weight sync ({how})")
+    if not _calls(emod, "unwrap_ipc_tensors"):
+        return Verdict(FAIL, f"{SGLANG_EAGLE} does not call unwrap_ipc_tensors ({how})")
+    return Verdict(PASS, f"unwrap_ipc_tensors defined and used by the EAGLE worker ({how})")
+
+
+def bridge_mimo(tree: Path) -> Verdict:
+    path = _find(tree, MIMO_BRIDGE, ("src/", ""))
+    if path is None:
+        return Verdict(FAIL, f"no {MIMO_BRIDGE}: the MiMo MTP bridge of PR #2387 is missing (source probe)")
+    mod = _parse(path)
+    cls = _class(mod, "MimoBridge") if mod else None
+    if cls is None:
+        return Verdict(FAIL, f"{path.relative_to(tree)} has no class MimoBridge (source probe)")
+    mtp = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "mtp" in n.value
+              for n in ast.walk(cls))
+    if not mtp:
+        return Verdict(FAIL, "MimoBridge maps no MTP parameters (source probe)")
+    return Verdict(PASS, f"{path.relative_to(tree)}: MimoBridge with MTP mappings (source probe)")
+
+
+# ----------------------------------------------------------------------------- patched PyPI trees
+
+
+def patch_paths(patch: Path, strip: int) -> list[str]:
+    out = []
+    for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("+++ ") and not line.startswith("+++ /dev/null"):
+            p = line[4:].split("\t")[0].strip()
+            out.append("/".join(p.split("/")[strip:]))
+    return out
+
+
+def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
+    proc = subprocess.run(["patch", "--dry-run", "--batch", "--forward", f"-p{strip}", "-d", str(tree),
+                           "-i", str(patch.resolve())], capture_output=True, text=True, timeout=120)
+    return proc.returncode == 0, " ".join((proc.stdout + proc.stderr).split())[-400:]
+
+
+def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
+    """A scratch copy of the files the patches touch, with the patches applied."""
+    scratch = Path(tempfile.mkdtemp(prefix="mtp-patched-"))
+    for patch, strip in patches:
+        for rel in patch_paths(patch, strip):
+            src = tree / rel
+            if src.is_file() and not (scratch / rel).exists():
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, scratch / rel)
+    for patch, strip in patches:
+        proc = subprocess.run(["patch", "--batch", "--forward", f"-p{strip}", "-d", str(scratch),
+                               "-i", str(patch.resolve())], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise RuntimeError(" ".join((proc.stdout + proc.stderr).split())[-400:])
+    return scratch
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class SourceSet:
+    """Fetched trees of a plan's components, memoized; offline sources remembered, not raised."""
+
+    indexes: dict[str, str] = field(default_factory=dict)         # index name -> URL
+    trees: dict[str, Path] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)     # component -> reason
+    fetcher: Callable[[str, str], sources.Tree] = sources.fetch
+
+    def tree(self, comp: Component) -> Path | None:
+        if comp.name in self.trees:
+            return self.trees[comp.name]
+        if comp.name in self.unavailable:
+            return None
+        if comp.source == "git":
+            try:
+                t = self.fetcher(comp.repo, comp.commit)
+            except sources.GitError as exc:
+                if not exc.offline:
+                    raise
+                self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
+                return None
+            self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
+            return self.trees[comp.name]
+        from . import pydeps   # PyPI source: its distribution, unpacked
+        try:
+            path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
+        except pydeps.IndexUnreachable as exc:
+            self.unavailable[comp.name] = str(exc)
+            return None
+        self.trees[comp.name] = path
+        return path
+
+
+def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:
+    tree = ss.tree(comp)
+    if tree is None:
+        reason = ss.unavailable.get(comp.name, "not fetched")
+        if "sglang-ipc-unwrap" in comp.provides():
+            return Verdict(PASS, f"trusting the patch's `provides: sglang-ipc-unwrap`; the sources "
+                           f"could not be probed ({reason})")
+        return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
+    if not comp.patches:
+        return sglang_fix(tree)
+    base = root or Path(".")
+    patches = [(base / p.file, p.strip) for p in comp.patches]
+    try:
+        scratch = patched_copy(tree, patches)
+    except RuntimeError as exc:
+        return Verdict(FAIL, f"the sglang patches do not apply to {comp.pin}: {exc}")
+    try:
+        # Files the patches do not touch come from the unpatched tree.
+        for rel in (SGLANG_RUNNER, SGLANG_EAGLE):
+            for prefix in ("", "python/"):
+                src = tree / prefix / rel
+                if src.is_file() and not (scratch / prefix / rel).exists():
+                    (scratch / prefix / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, scratch / prefix / rel)
+        return sglang_fix(scratch, f"source probe of {comp.pin} with its patches applied")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def probe_plan(plan: Plan, manifests_root: Path | None = None,
+               source_set: SourceSet | None = None) -> dict[str, Verdict]:
+    """Probe the pinned sources of `plan` for every source rule that applies to it."""
+    from .manifest import DEFAULT_MANIFESTS
+    root = Path(manifests_root or DEFAULT_MANIFESTS)
+    ss = source_set or SourceSet(dict(plan.indexes))
+    ss.indexes = ss.indexes or dict(plan.indexes)
+    f = rules_mod.facts()
+    by_id = {r.id: r for r in rules_mod.rules()}
+    out: dict[str, Verdict] = {}
+
+    def applies(rule_id: str) -> Verdict | None:
+        base = rules_mod.PREDICATES[by_id[rule_id].predicate](plan, f)
+        return None if base.status == NA else base
+
+    def unavailable(comp: Component, base: Verdict) -> Verdict:
+        return Verdict(base.status, f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); "
+                       f"known pins: {base.detail}")
+
+    base = applies("recompute-padding-mask")
+    mc = plan.component("megatron-lm")
+    if base is not None and mc is not None:
+        tree = ss.tree(mc)
+        out["recompute-padding-mask"] = (recompute_signature(tree) if tree is not None
+                                         else unavailable(mc, base))
+
+    base = applies("mbridge-mcore-017")
+    mb = plan.component("mbridge")
+    if base is not None and mb is not None:
+        tree = ss.tree(mb)
+        if tree is None:
+            out["mbridge-mcore-017"] = unavailable(mb, base)
+        else:
+            mtree = ss.tree(mc) if mc is not None else None
+            out["mbridge-mcore-017"] = mbridge_modeltype(
+                tree, mb.package, mtree, rules_mod.megatron_version(plan, f))
+
+    base = applies("sglang-rollout-fix")
+    sg = plan.component("sglang")
+    if base is not None and sg is not None:
+        out["sglang-rollout-fix"] = _probe_sglang(plan, sg, ss, root)
+
+    base = applies("mimo-needs-bridge-2387")
+    br = plan.component("megatron-bridge")
+    if base is not None and br is not None:
+        tree = ss.tree(br)
+        out["mimo-needs-bridge-2387"] = bridge_mimo(tree) if tree is not None else unavailable(br, base)
+    return out

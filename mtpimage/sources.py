@@ -1,0 +1,206 @@
+"""Fetch pinned sources with the git CLI into a cache keyed by repository and commit.
+
+Git's own configuration applies to every call (`url.<mirror>.insteadOf`, credential
+helpers, `http.proxy`), which is how air-gapped sites point the builder at their mirrors.
+
+Cache layout (root: $MTP_CACHE_DIR or ~/.cache/mtp-image-builder):
+    git/<repo-slug>-<hash12>/<commit>/     a checked-out shallow clone of exactly that commit
+    pypi/<name>-<version>/                 downloaded distributions (see pydeps.py)
+A tree only appears under its final name once complete: it is fetched into a temporary
+directory next to it and renamed, so concurrent runs and interrupted fetches never leave
+a half tree behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import (RetryError, Retrying, retry_if_exception, stop_after_attempt,
+                      wait_exponential)
+
+from .errors import EnvironmentProblem
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+# Git's messages when the host cannot be reached at all (offline, air-gapped without a
+# mirror): the lock records the source as unverified instead of failing.
+OFFLINE_PATTERNS = (
+    "could not resolve host", "name or service not known", "temporary failure in name resolution",
+    "network is unreachable", "no route to host", "could not resolve hostname",
+    "nodename nor servname",
+)
+# Messages that say the commit/ref is not there: never retried.
+MISSING_PATTERNS = (
+    "not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object",
+    "not a tree object", "repository not found", "does not appear to be a git repository",
+    "remote error: access denied", "unknown revision",
+)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("MTP_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mtp-image-builder"
+
+
+def _timeout() -> float:
+    return float(os.environ.get("MTP_GIT_TIMEOUT", "300"))
+
+
+def _attempts() -> int:
+    return max(1, int(os.environ.get("MTP_NET_RETRIES", "3")))
+
+
+def _wait_max() -> float:
+    return float(os.environ.get("MTP_NET_BACKOFF_MAX", "8"))
+
+
+class GitError(EnvironmentProblem):
+    """A git call failed. `offline` when the host could not be reached at all."""
+
+    def __init__(self, repo: str, what: str, stderr: str, commit: str | None = None):
+        self.repo, self.what, self.commit = repo, what, commit
+        self.stderr = " ".join((stderr or "").split())[-600:]
+        low = self.stderr.lower()
+        self.offline = any(p in low for p in OFFLINE_PATTERNS)
+        self.missing = any(p in low for p in MISSING_PATTERNS)
+        at = f" commit {commit}" if commit else ""
+        super().__init__(f"{what} of {repo}{at} failed: git says: {self.stderr or '(no message)'}")
+
+
+@dataclass(frozen=True)
+class Tree:
+    repo: str
+    commit: str
+    path: Path
+    cached: bool      # True when it was already in the cache
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    env["LC_ALL"] = "C"
+    env["GIT_ADVICE"] = "0"
+    return env
+
+
+def git(*args: str, cwd: Path | None = None, timeout: float | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    cmd = ["git"] + (["-C", str(cwd)] if cwd else []) + list(args)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, env=_env(), input=input,
+                              timeout=timeout or _timeout())
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "",
+                                           f"timed out after {exc.timeout:.0f} s")
+
+
+def _retrying(fn):
+    """Call fn() with retries on transient git errors (not offline, not missing)."""
+    def transient(exc: BaseException) -> bool:
+        return isinstance(exc, GitError) and not exc.offline and not exc.missing
+
+    retry = Retrying(stop=stop_after_attempt(_attempts()),
+                     wait=wait_exponential(multiplier=0.5, max=_wait_max()),
+                     retry=retry_if_exception(transient), reraise=True)
+    try:
+        return retry(fn)
+    except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
+        raise exc.last_attempt.exception()
+
+
+def ls_remote(repo: str, ref: str) -> str:
+    """The commit `ref` (branch, tag, or full ref name) points at upstream; tags peeled."""
+    if SHA_RE.match(ref):
+        return ref
+    candidates = [ref] if ref.startswith("refs/") else [f"refs/heads/{ref}", f"refs/tags/{ref}"]
+    patterns = []
+    for c in candidates:
+        patterns += [c, f"{c}^{{}}"]
+
+    def call() -> str:
+        proc = git("ls-remote", "--", repo, *patterns)
+        if proc.returncode != 0:
+            raise GitError(repo, f"git ls-remote {ref}", proc.stderr)
+        return proc.stdout
+
+    out = _retrying(call)
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        found[name.strip()] = sha.strip()
+    for c in candidates:
+        if f"{c}^{{}}" in found:     # annotated tag: the commit it points at
+            return found[f"{c}^{{}}"]
+        if c in found:
+            return found[c]
+    raise GitError(repo, f"git ls-remote {ref}", f"no branch or tag named {ref!r} upstream")
+
+
+def _slug(repo: str) -> str:
+    tail = re.sub(r"\.git$", "", repo.rstrip("/")).split("/")[-2:]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(tail)).strip("-") or "repo"
+    return f"{name}-{hashlib.sha256(repo.encode()).hexdigest()[:12]}"
+
+
+def tree_dir(repo: str, commit: str) -> Path:
+    return cache_root() / "git" / _slug(repo) / commit
+
+
+def cached_tree(repo: str, commit: str) -> Tree | None:
+    path = tree_dir(repo, commit)
+    return Tree(repo, commit, path, True) if (path / ".git").is_dir() else None
+
+
+def fetch(repo: str, commit: str) -> Tree:
+    """A checked-out tree of exactly `commit` of `repo`, from the cache or a shallow fetch.
+
+    Raises GitError naming the repository, the commit and git's message; on failure
+    nothing is left in the cache.
+    """
+    if not SHA_RE.match(commit or ""):
+        raise GitError(repo, "fetch", f"{commit!r} is not a 40-hex commit", commit)
+    hit = cached_tree(repo, commit)
+    if hit:
+        return hit
+    final = tree_dir(repo, commit)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{commit[:12]}-", dir=final.parent))
+    try:
+        def step(*args: str, what: str) -> None:
+            proc = git(*args, cwd=tmp)
+            if proc.returncode != 0:
+                raise GitError(repo, what, proc.stderr, commit)
+
+        step("init", "-q", what="git init")
+        step("config", "core.autocrlf", "false", what="git config")
+        _retrying(lambda: step("fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit,
+                               what="git fetch --depth 1"))
+        step("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
+             what="git checkout")
+        head = git("rev-parse", "HEAD", cwd=tmp).stdout.strip()
+        if head != commit:
+            raise GitError(repo, "git fetch", f"fetched {head}, expected {commit}", commit)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / ".git").is_dir():   # not a concurrent winner: a real problem
+                raise
+        return Tree(repo, commit, final, False)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def apply_check(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
+    """`git apply --check -p<strip>` of a patch against a fetched tree."""
+    proc = git("apply", "--check", f"-p{strip}", str(patch.resolve()), cwd=tree, timeout=120)
+    return proc.returncode == 0, " ".join(proc.stderr.split())[-400:]
