@@ -16,6 +16,14 @@ from .report import print_check, print_plan
 DEFAULT_PROFILE = "mtp-detach"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints a multi-line usage block on bad flags; users get one line."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {message} (fix: see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
+
+
 def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     d = argparse.SUPPRESS if sub else None
     p.add_argument("--manifests", type=Path, default=d if sub else None,
@@ -28,14 +36,14 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="build.py",
         description="Build tested, reproducible verl + Megatron MTP images from manifests/.")
     _common(parser, sub=False)
     parser.add_argument("--profile", help=f"profile to build (default: {DEFAULT_PROFILE})")
     parser.add_argument("--dry-run", action="store_true",
                         help="resolve, check and print the plan without Docker")
-    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = subs.add_parser("list", help="one line per profile")
     _common(p, sub=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mtpimage import cli
@@ -123,6 +123,7 @@ def test_arbitrary_text_as_a_profile(workdir, text):
 
 @FUZZ
 @given(sets=st.lists(st.text(max_size=60), min_size=1, max_size=3))
+@example(sets=["-:"])  # found by this test: argparse's multi-line usage error
 def test_arbitrary_set_flags(sets):
     args = ["check", "--profile", "mtp-cp-recompute"]
     for s in sets:
