@@ -256,7 +256,7 @@ class SourceSet:
     indexes: dict[str, str] = field(default_factory=dict)         # index name -> URL
     trees: dict[str, Path] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)     # component -> reason
-    fetcher: Callable[[str, str], sources.Tree] = sources.fetch
+    fetcher: Callable[[str, str], sources.Tree] | None = None    # default: sources.fetch
 
     def tree(self, comp: Component) -> Path | None:
         if comp.name in self.trees:
@@ -265,7 +265,7 @@ class SourceSet:
             return None
         if comp.source == "git":
             try:
-                t = self.fetcher(comp.repo, comp.commit)
+                t = (self.fetcher or sources.fetch)(comp.repo, comp.commit)
             except sources.GitError as exc:
                 if not exc.offline:
                     raise

@@ -54,6 +54,17 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def rewrite(url: str) -> str:
+    """Index mirrors, the pip counterpart of git's url.insteadOf: MTP_INDEX_REWRITE holds
+    `FROM=TO` pairs separated by whitespace or ';' (longest FROM wins). The lock keeps the
+    manifests' URL; only the network calls go to the mirror."""
+    pairs = [p.split("=", 1) for p in re.split(r"[;\s]+", os.environ.get("MTP_INDEX_REWRITE", "")) if "=" in p]
+    for frm, to in sorted(pairs, key=lambda p: -len(p[0])):
+        if url.startswith(frm):
+            return to + url[len(frm):]
+    return url
+
+
 def ca_bundle() -> str | None:
     for var in ("MTP_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
         if os.environ.get(var):
@@ -75,7 +86,7 @@ class _Transient(Exception):
 
 def probe_index(url: str, project: str) -> str | None:
     """None when `<url>/<project>/` answers; else the reason it could not be reached."""
-    target = f"{url.rstrip('/')}/{canonical(project)}/"
+    target = f"{rewrite(url).rstrip('/')}/{canonical(project)}/"
 
     def call():
         try:
@@ -151,7 +162,7 @@ def download_dist(package: str, version: str, index_url: str, python: str = "3.1
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{canonical(package)}-", dir=dest.parent))
     try:
-        proc = _pip("download", "--no-deps", "-q", "-d", str(tmp), "--index-url", index_url,
+        proc = _pip("download", "--no-deps", "-q", "-d", str(tmp), "--index-url", rewrite(index_url),
                     *_target_args(python), f"{package}=={version}")
         if proc.returncode != 0:
             raise IndexUnreachable(f"pip download {package}=={version} from {host} failed: "
@@ -277,9 +288,9 @@ def resolve(requirements: list[str], index_urls: list[str], stubs: dict[str, str
         args = ["install", "--dry-run", "--ignore-installed", "-q", "--report", str(report),
                 "--target", str(tmpd / "target"), *_target_args(python), "--find-links", str(stubdir)]
         if index_urls:
-            args += ["--index-url", index_urls[0]]
+            args += ["--index-url", rewrite(index_urls[0])]
             for url in index_urls[1:]:
-                args += ["--extra-index-url", url]
+                args += ["--extra-index-url", rewrite(url)]
         else:
             args += ["--no-index"]
         proc = _pip(*args, *requirements)

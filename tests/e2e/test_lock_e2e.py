@@ -1,0 +1,148 @@
+"""lock, --frozen and source probes against real git repositories served on loopback.
+
+Manifests keep the real https://github.com/... URLs; a temporary global git config
+rewrites them to the loopback git daemon with url.<daemon>.insteadOf (tests/fixtures/servers.py).
+Nothing here fakes git.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtpimage import cli, rules, sources
+from tests.fixtures.gitrepos import advance_branch
+from tests.fixtures.lock_fixtures import serve_index, standin_manifests
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = "mtp-cp-recompute"
+
+
+@pytest.fixture
+def fast_net(monkeypatch, tmp_path):
+    monkeypatch.setenv("MTP_NET_RETRIES", "2")
+    monkeypatch.setenv("MTP_NET_BACKOFF_MAX", "0.2")
+    monkeypatch.setenv("MTP_HTTP_TIMEOUT", "5")
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def build(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, cwd=ROOT, timeout=300)
+
+
+def test_probe_finds_broken_signature_in_unknown_commit(git_env, fast_net, tmp_path, http_server,
+                                                        fixture_repos, monkeypatch):
+    broken = fixture_repos.megatron.commits["broken"]
+    known = rules.facts()["megatron"]["commits"]
+    assert broken not in known                      # only the probe can find it
+    m = standin_manifests(tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch), megatron="broken")
+
+    plain = build("check", "--manifests", str(m), "--profile", PROFILE)
+    assert plain.returncode == 0, plain.stdout + plain.stderr   # known lists: only "unknown"
+
+    probed = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources")
+    assert probed.returncode == 1, probed.stdout + probed.stderr
+    assert "recompute-padding-mask" in probed.stdout
+    assert "_checkpointed_forward() declares explicit parameters without padding_mask" in probed.stdout
+
+    fixed = fixture_repos.megatron.commits["fixed"]
+    ok = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
+               "--set", f"megatron-lm.commit={fixed}", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    res = {r["id"]: r for r in __import__("json").loads(ok.stdout)[0]["rules"]}
+    assert res["recompute-padding-mask"]["status"] == "pass"
+    assert res["recompute-padding-mask"]["evidence"] == "probe"
+    assert res["mimo-needs-bridge-2387"]["status"] == "pass"
+    assert res["mimo-needs-bridge-2387"]["evidence"] == "probe"
+    # the cache holds exactly-that-commit trees, keyed by repository and commit
+    trees = list((fast_net / "git").glob("*/*"))
+    assert any(t.name == broken for t in trees) and any(t.name == fixed for t in trees)
+
+
+def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path, http_server, monkeypatch):
+    repos = private_git_world.repos
+    m = standin_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
+    lock = m / "lock.yaml"
+
+    first = build("lock", "--manifests", str(m), "--profile", PROFILE)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "NOT verified" in first.stdout and "torch" in first.stdout   # unreachable index named
+    a = lock.read_bytes()
+    doc = yaml.safe_load(a)
+    assert doc["components"]["megatron-lm"]["verified"] is True
+    assert doc["packages"]["torch"] == {"version": "2.11.0+cu130", "index": "pytorch-cu130"}
+    pyset = doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
+    assert pyset["resolved"] is True
+    assert pyset["packages"]["sglang-kernel"]["sha256"]
+    assert "torch" in pyset["unverified"] and "unreachable" in pyset["unverified"]["torch"]
+
+    again = build("lock", "--manifests", str(m), "--profile", PROFILE)
+    assert again.returncode == 0, again.stderr
+    assert lock.read_bytes() == a
+    assert again.stdout.startswith("unchanged")
+
+    old_sglang = repos.sglang.commits["with_fix"]
+    new_head = advance_branch(repos.sglang, "fix_mtp_update_weights_from_tensor")
+    up = build("lock", "--manifests", str(m), "--profile", PROFILE, "--upgrade", "sglang")
+    assert up.returncode == 0, up.stdout + up.stderr
+    after = yaml.safe_load(lock.read_bytes())
+    assert after["components"]["sglang"]["commit"] == new_head != old_sglang
+    changed = {k for k in doc["components"] if doc["components"][k] != after["components"][k]}
+    assert changed == {"sglang"}
+    for key in ("target", "base_image", "packages", "profiles", "python_sets"):
+        assert after[key] == doc[key], key
+    assert new_head in (m / "components.yaml").read_text()
+
+    # frozen: the lock matches, then a hand edit of a manifest is caught by name
+    ok = build("--manifests", str(m), "--profile", PROFILE, "--frozen", "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    from mtpimage import lockfile, manifest
+    mm = manifest.load(m)
+    lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))      # no exception
+    cat = m / "components.yaml"
+    cat.write_text(cat.read_text().replace(repos.verl.commits["mtp_patch"], repos.verl.commits["initial"]))
+    mm = manifest.load(m)
+    with pytest.raises(Exception) as exc:
+        lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))
+    assert "verl" in str(exc.value) and "drifted" in str(exc.value)
+    code = cli.main(["--manifests", str(m), "--profile", PROFILE])   # the build stops before any image stage
+    assert code == 2
+
+
+def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_server, monkeypatch,
+                                   capsys):
+    repos = private_git_world.repos
+    m = standin_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
+    assert cli.main(["lock", "--manifests", str(m), "--profile", PROFILE]) == 0
+    before = (m / "lock.yaml").read_bytes()
+    capsys.readouterr()
+
+    cache = tmp_path / "cache2"
+    monkeypatch.setenv("MTP_CACHE_DIR", str(cache))
+    real_fetch = sources.fetch
+    calls = []
+
+    def fetch_then_stop(repo, commit):
+        tree = real_fetch(repo, commit)
+        calls.append(repo)
+        if len(calls) == 1:
+            private_git_world.daemon.stop()       # the upstream goes away mid-lock
+        return tree
+
+    monkeypatch.setattr(sources, "fetch", fetch_then_stop)
+    code = cli.main(["lock", "--manifests", str(m), "--profile", PROFILE])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "lock.yaml left unchanged" in err and "git says" in err
+    assert "github.com/" in err and "commit " in err
+    assert (m / "lock.yaml").read_bytes() == before
+    # only the completed tree is in the cache: no half-fetched directories
+    entries = [p for p in (cache / "git").glob("*/*")]
+    assert len(entries) == 1 and (entries[0] / ".git").is_dir()
+    assert not [p for p in (cache / "git").glob("*/.*")]
