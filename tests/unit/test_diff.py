@@ -1,0 +1,266 @@
+"""`python build.py diff A B`: profiles, version-vector files and images, text and --json."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import tarfile
+
+import pytest
+
+from mtpimage import manifest, vvdiff
+from mtpimage.cli import plan_for
+from mtpimage.errors import InputError
+
+from .helpers import assert_one_line_error, run_cli
+
+CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
+CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
+
+
+@pytest.fixture(scope="module")
+def m():
+    return manifest.load()
+
+
+def plan(m, name, sets=None):
+    return plan_for(m, name, sets)
+
+
+def as_version_vector(p) -> dict:
+    """The image stage's /opt/mtp/version.json layout (mtp-image-builder/version-vector/v1)."""
+    d = p.to_dict()
+    comps = [{k: v for k, v in c.items() if k != "subdir"} for c in d["components"]]
+    return {"schema": "mtp-image-builder/version-vector/v1", "profile": p.profile,
+            "summary": "not compared", "experimental": p.experimental, "mode": p.mode,
+            "targets": d["targets"], "models": d["models"], "engine": d["engine"],
+            "rollout_engine": p.rollout_engine, "python": p.python, "cuda": p.cuda,
+            "base_image": p.base_image, "plan_digest": p.digest, "components": comps,
+            "packages": d["packages"], "layers": d["layers"], "verl_overrides": d["verl_overrides"],
+            "probes": []}
+
+
+def changes(m, a, b, sets_a=None, sets_b=None):
+    return vvdiff.diff_vectors(vvdiff.side_from_plan(plan(m, a, sets_a)).vector,
+                               vvdiff.side_from_plan(plan(m, b, sets_b)).vector)
+
+
+# -- the must-show ---------------------------------------------------------------------------
+def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
+    cs = changes(m, "mtp-detach", "mtp-cp-recompute")
+    assert {c.section for c in cs} == {"engine", "verl_overrides"}
+    assert {c.field for c in cs if c.section == "engine"} == {"context_parallel_size", "recompute"}
+    cp = next(c for c in cs if c.field == "context_parallel_size")
+    assert (cp.a, cp.b) == (1, 2)
+    rc = next(c for c in cs if c.field == "recompute")
+    assert rc.a is None and rc.b == {"granularity": "full", "method": "uniform", "num_layers": 1}
+    # Every override that differs is a CP or recompute override, added in B, for both targets.
+    b = plan(m, "mtp-cp-recompute")
+    a = plan(m, "mtp-detach")
+    for target in ("rl", "sft"):
+        added = {f"{c.field}={c.b}" for c in cs
+                 if c.section == "verl_overrides" and c.item == target}
+        assert added == set(b.overrides_for(target)) - set(a.overrides_for(target))
+        assert added and all("context_parallel_size" in x or "recompute_" in x for x in added)
+        assert all(c.kind == "added" for c in cs if c.item == target)
+    # Same Megatron pin in every shipped profile: no component or package differs.
+    assert not [c for c in cs if c.section in ("components", "packages", "platform", "layers")]
+
+
+def test_cli_text_for_detach_vs_cp_recompute():
+    proc = run_cli("diff", "mtp-detach", "mtp-cp-recompute")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("A: mtp-detach  (mtp-verl:mtp-detach-")
+    assert "\nengine\n  context_parallel_size: 1 -> 2\n" in out
+    assert '  recompute: (none) -> {"granularity": "full", "method": "uniform", "num_layers": 1}' in out
+    assert "verl overrides (rl)\n" in out and "verl overrides (sft)\n" in out
+    assert "  + actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full" in out
+    assert "  + engine.context_parallel_size=2" in out
+    assert "components" not in out
+    assert out.rstrip().endswith("11 differences")
+
+
+def test_a_megatron_pin_difference_is_shown_when_present():
+    """--set applies to B: `diff P P --set ...` shows what the pin change does to P."""
+    proc = run_cli("diff", "mtp-cp-recompute", "mtp-cp-recompute", "--json",
+                   "--set", f"megatron-lm.commit={CORE_V018}")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["same"] is False
+    diffs = {(d["section"], d["item"], d["field"]): (d["a"], d["b"]) for d in data["differences"]}
+    assert diffs[("components", "megatron-lm", "commit")] == (CORE_V019, CORE_V018)
+    assert diffs[("components", "megatron-lm", "ref")] == ("core_v0.19.0", "override")
+    assert diffs[("components", "megatron-lm", "version")][1] is None
+    assert all(k[0] == "components" and k[1] == "megatron-lm" for k in diffs)
+    text = run_cli("diff", "mtp-detach", "mtp-cp-recompute",
+                   "--set", f"megatron-lm.commit={CORE_V018}").stdout
+    assert f"components: megatron-lm\n  commit: {CORE_V019} -> {CORE_V018}" in text
+    assert "context_parallel_size: 1 -> 2" in text   # the profile difference is still there
+
+
+def test_set_a_changes_only_a(m):
+    cs = changes(m, "mtp-detach", "mtp-detach", sets_a=[f"megatron-lm.commit={CORE_V018}"])
+    commit = next(c for c in cs if c.field == "commit")
+    assert (commit.a, commit.b) == (CORE_V018, CORE_V019)
+    proc = run_cli("diff", "mtp-detach", "mtp-detach", "--set-a", f"megatron-lm.commit={CORE_V018}",
+                   "--set", f"megatron-lm.commit={CORE_V018}")
+    assert "no differences" in proc.stdout
+
+
+def test_package_version_and_patches_are_shown(m):
+    cs = changes(m, "mtp-detach", "mtp-detach", sets_b=["torch.version=2.10.0", "sglang.patches="])
+    torch = next(c for c in cs if c.section == "packages")
+    assert (torch.item, torch.field, torch.b) == ("torch", "version", "2.10.0")
+    patches = next(c for c in cs if c.item == "sglang" and c.field == "patches")
+    assert patches.b == [] and len(patches.a) == 1 and "sha256:" in patches.a[0]
+    proc = run_cli("diff", "mtp-detach", "mtp-detach", "--set", "sglang.patches=")
+    assert "components: sglang\n  patch - " in proc.stdout
+
+
+def test_mode_targets_and_removed_target_overrides(m):
+    cs = changes(m, "mtp-detach", "mtp-rollout")
+    prof = {c.field: (c.a, c.b) for c in cs if c.section == "profile"}
+    assert prof == {"mode": ("mtp-only", "rollout"), "experimental": (False, True),
+                    "targets": (["rl", "sft"], ["rl"])}
+    sft = [c for c in cs if c.item == "sft"]
+    assert sft and all(c.kind == "removed" for c in sft)
+
+
+def test_identical_profiles_have_no_differences_and_exit_code_flag():
+    proc = run_cli("diff", "mtp-full", "mtp-full")
+    assert proc.returncode == 0 and "no differences in the version vectors" in proc.stdout
+    assert run_cli("diff", "mtp-full", "mtp-full", "--exit-code").returncode == 0
+    assert run_cli("diff", "mtp-full", "mtp-detach", "--exit-code").returncode == 1
+
+
+# -- version vectors from images and files ---------------------------------------------------
+def test_image_vector_equals_its_profile(m):
+    """A vector in the image stage's format compares equal to the Plan it came from."""
+    p = plan(m, "mtp-cp-recompute")
+    image = vvdiff.side_from_vector("ghcr.io/a/mtp-verl:x", as_version_vector(p), kind="image")
+    assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, image.vector) == []
+
+
+def test_real_version_vector_module_is_compatible(m):
+    vv = pytest.importorskip("mtpimage.versionvector", reason="image stage not installed")
+    p = plan(m, "mtp-detach")
+    side = vvdiff.side_from_vector("img", vv.version_vector(p), kind="image")
+    assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, side.vector) == []
+
+
+def test_image_vector_differences_are_found(m):
+    p = plan(m, "mtp-detach")
+    vec = as_version_vector(p)
+    changed = copy.deepcopy(vec)
+    mlm = next(c for c in changed["components"] if c["name"] == "megatron-lm")
+    mlm["commit"], mlm["ref"] = CORE_V018, "core_v0.18.0"
+    changed["base_image"] = "nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:" + "0" * 64
+    changed["packages"] = [x for x in changed["packages"] if x["name"] != "apex"]
+    changed["verl_overrides"]["rl"] = list(reversed(changed["verl_overrides"]["rl"]))
+    cs = vvdiff.diff_vectors(vvdiff.side_from_vector("a", vec).vector,
+                             vvdiff.side_from_vector("b", changed).vector)
+    keys = {(c.section, c.item, c.field) for c in cs}
+    assert ("components", "megatron-lm", "commit") in keys
+    assert ("components", "megatron-lm", "ref") in keys
+    assert ("platform", "", "base_image") in keys and ("platform", "", "base_digest") in keys
+    assert ("packages", "apex", "(entry)") in keys
+    assert ("verl_overrides", "rl", vvdiff.ORDER) in keys
+    text = vvdiff.format_text(vvdiff.side_from_vector("a", vec), vvdiff.side_from_vector("b", changed), cs)
+    assert "packages: apex\n  - only in A" in text and "order differs:" in text
+
+
+def test_wrapped_and_unknown_vectors(m):
+    p = plan(m, "mtp-full")
+    wrapped = vvdiff.normalise({"plan": p.to_dict(), "digest": p.digest})
+    assert wrapped == vvdiff.normalise(p.to_dict())
+    with pytest.raises(InputError, match="unknown schema"):
+        vvdiff.normalise({"schema": "something/else", "components": []})
+    with pytest.raises(InputError, match="JSON object"):
+        vvdiff.normalise(["not", "a", "dict"])
+
+
+def test_cli_diff_of_version_vector_files(m, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    vec = as_version_vector(plan(m, "mtp-detach"))
+    a.write_text(json.dumps(vec))
+    vec["engine"]["context_parallel_size"] = 8
+    b.write_text(json.dumps(vec))
+    proc = run_cli("diff", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "context_parallel_size: 1 -> 8" in proc.stdout and proc.stdout.rstrip().endswith("1 difference")
+    proc = run_cli("diff", "mtp-detach", str(b), "--json")
+    data = json.loads(proc.stdout)
+    assert data["b"]["kind"] == "file" and len(data["differences"]) == 1
+
+
+def test_bad_sides_are_one_line_errors(tmp_path):
+    assert_one_line_error(run_cli("diff", "mtp-detach", "no-such-profile"),
+                          "no-such-profile", "mtp-cp-recompute")
+    assert_one_line_error(run_cli("diff", "mtp-detach", "ghcr.io/a/img:1", "--set", "verl.ref=x"),
+                          "--set", "profiles only")
+    bad = tmp_path / "v.json"
+    bad.write_text("{oops")
+    assert_one_line_error(run_cli("diff", "mtp-detach", str(bad)), "v.json")
+
+
+# -- reading the vector out of an image (docker SDK, faked) ----------------------------------
+class FakeImage:
+    def __init__(self, labels):
+        self.labels, self.id = labels, "sha256:" + "1" * 64
+
+
+class FakeContainer:
+    def __init__(self, files, log):
+        self.files, self.log = files, log
+
+    def get_archive(self, path):
+        self.log.append(("get_archive", path))
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            data = self.files[path]
+            info = tarfile.TarInfo(path.rsplit("/", 1)[-1])
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        raw = buf.getvalue()
+        return iter([raw[:100], raw[100:]]), {}
+
+    def remove(self, force=False):
+        self.log.append(("remove", force))
+
+
+class FakeClient:
+    def __init__(self, labels, files):
+        self.log: list = []
+        client = self
+
+        class Images:
+            def get(self, ref):
+                client.log.append(("get", ref))
+                return FakeImage(labels)
+
+        class Containers:
+            def create(self, image, command=None):
+                client.log.append(("create", image))
+                return FakeContainer(files, client.log)
+
+        self.images, self.containers = Images(), Containers()
+
+
+def test_vector_from_image_reads_the_labelled_file_without_running(m):
+    vec = as_version_vector(plan(m, "mtp-detach"))
+    client = FakeClient({vvdiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
+                        {"/opt/mtp/version.json": json.dumps(vec).encode()})
+    assert vvdiff.vector_from_image("ghcr.io/a/mtp-verl:t", client=client) == vec
+    ops = [op[0] for op in client.log]
+    assert ops == ["get", "create", "get_archive", "remove"]   # created, never started; removed
+    assert ("remove", True) in client.log
+
+
+def test_vector_from_image_defaults_path_and_accepts_inline_json(m):
+    vec = as_version_vector(plan(m, "mtp-full"))
+    client = FakeClient({}, {vvdiff.DEFAULT_VECTOR_PATH: json.dumps(vec).encode()})
+    assert vvdiff.vector_from_image("x/y:z", client=client)["mode"] == "full"
+    inline = FakeClient({vvdiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
+    assert vvdiff.vector_from_image("x/y:z", client=inline) == vec
+    assert [op[0] for op in inline.log] == ["get"]
