@@ -1,0 +1,157 @@
+"""Unit tests of the lock's pure parts: source probes on small trees, the lock file's
+bytes, --frozen, git error classification, index rewrites, stub wheels. No network."""
+from __future__ import annotations
+
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mtpimage import lockfile, manifest, probes, pydeps, sources
+from mtpimage.cli import plan_for
+from mtpimage.errors import InputError
+from mtpimage.rules import FAIL, PASS
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+
+
+MTP = """
+class MultiTokenPredictionLayer:
+    def forward(self, hidden_states, attention_mask, padding_mask=None):
+        pass
+
+    def _checkpointed_forward(self, hidden_states, attention_mask{extra}):
+        pass
+"""
+
+
+@pytest.mark.parametrize("extra,status", [("", FAIL), (", padding_mask=None", PASS), (", **kwargs", PASS)])
+def test_recompute_probe(tmp_path, extra, status):
+    write(tmp_path, probes.MTP_FILE, MTP.format(extra=extra))
+    assert probes.recompute_signature(tmp_path).status == status
+
+
+def test_recompute_probe_generic_forward_without_padding_mask(tmp_path):
+    write(tmp_path, probes.MTP_FILE, """
+        class MultiTokenPredictionLayer:
+            def forward(self, hidden_states):
+                pass
+            def _checkpointed_forward(self, forward_func, *args, **kwargs):
+                pass
+        """)
+    assert probes.recompute_signature(tmp_path).status == PASS
+
+
+def test_mbridge_probe_ignores_examples_and_reads_megatron_enum(tmp_path):
+    mb, mc = tmp_path / "mb", tmp_path / "mc"
+    write(mb, "example/run.py", "x = ModelType.encoder_and_decoder\n")
+    write(mb, "mbridge/core.py", "x = ModelType.encoder_or_decoder\n")
+    write(mc, probes.ENUMS_FILE, "import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n")
+    assert probes.mbridge_modeltype(mb, "mbridge", mc).status == PASS
+    write(mb, "mbridge/bridge.py", "from megatron.core import enums\nx = enums.ModelType.encoder_and_decoder\n")
+    v = probes.mbridge_modeltype(mb, "mbridge", mc)
+    assert v.status == FAIL and "mbridge/bridge.py:2" in v.detail
+    write(mc, probes.ENUMS_FILE, "class ModelType:\n    encoder_or_decoder = 1\n    encoder_and_decoder = 2\n")
+    assert probes.mbridge_modeltype(mb, "mbridge", mc).status == PASS
+
+
+def test_sglang_and_bridge_probes(tmp_path):
+    write(tmp_path, "python/" + probes.SGLANG_RUNNER, "def other():\n    pass\n")
+    write(tmp_path, "python/" + probes.SGLANG_EAGLE, "x = 1\n")
+    assert probes.sglang_fix(tmp_path).status == FAIL
+    write(tmp_path, "python/" + probes.SGLANG_RUNNER, "def unwrap_ipc_tensors(t, r, d):\n    return t\n")
+    write(tmp_path, "python/" + probes.SGLANG_EAGLE, "y = unwrap_ipc_tensors([], 0, None)\n")
+    assert probes.sglang_fix(tmp_path).status == PASS
+    assert probes.bridge_mimo(tmp_path).status == FAIL
+    write(tmp_path, "src/" + probes.MIMO_BRIDGE,
+          "class MimoBridge:\n    m = 'mtp.layers.*.enorm.weight'\n")
+    assert probes.bridge_mimo(tmp_path).status == PASS
+
+
+def test_shipped_patch_applies_to_its_own_context(tmp_path):
+    """patch_paths strips like `patch -p2`: the shipped sglang patch touches wheel paths."""
+    root = Path(__file__).resolve().parents[2] / "manifests"
+    paths = probes.patch_paths(root / "patches/sglang/0001-unwrap-ipc-tensors-once.patch", 2)
+    assert "sglang/srt/model_executor/model_runner.py" in paths
+    assert all(p.startswith("sglang/") for p in paths)
+
+
+def test_git_error_classification():
+    off = sources.GitError("https://github.com/x/y", "fetch", "fatal: Could not resolve host: github.com", "a" * 40)
+    assert off.offline and not off.missing
+    gone = sources.GitError("https://github.com/x/y", "fetch", "fatal: read error: Connection reset by peer", "a" * 40)
+    assert not gone.offline and not gone.missing
+    assert "github.com/x/y" in str(gone) and "a" * 40 in str(gone) and "Connection reset" in str(gone)
+    miss = sources.GitError("r", "fetch", "fatal: remote error: upload-pack: not our ref abc")
+    assert miss.missing
+
+
+def test_fetch_rejects_non_sha_without_touching_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path))
+    with pytest.raises(sources.GitError):
+        sources.fetch("https://example.invalid/r", "main")
+    assert not (tmp_path / "git").exists()
+
+
+def test_index_rewrite(monkeypatch):
+    monkeypatch.setenv("MTP_INDEX_REWRITE", "https://pypi.org/simple=http://mirror/pypi;https://pypi.org=http://x")
+    assert pydeps.rewrite("https://pypi.org/simple") == "http://mirror/pypi"
+    assert pydeps.rewrite("https://download.pytorch.org/whl") == "https://download.pytorch.org/whl"
+
+
+def test_stub_wheel_is_deterministic_and_carries_requirements(tmp_path):
+    a = pydeps.write_stub_wheel(tmp_path, "megatron-core", "0.19.0", ["torch>=2.6"], {"dev": ["einops"]})
+    first = a.read_bytes()
+    b = pydeps.write_stub_wheel(tmp_path, "megatron-core", "0.19.0", ["torch>=2.6"], {"dev": ["einops"]})
+    assert b.read_bytes() == first
+    meta = zipfile.ZipFile(b).read("megatron_core-0.19.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch>=2.6" in meta and 'Requires-Dist: einops; extra == "dev"' in meta
+
+
+def test_lock_dump_is_stable_and_write_is_atomic(tmp_path):
+    doc = {"schema": lockfile.LOCK_SCHEMA, "b": {"z": 1, "a": [1, 2]}, "a": "x"}
+    text = lockfile.dumps(doc)
+    assert text.startswith("# GENERATED by `python build.py lock`")
+    assert text.index("\nb:") < text.index("\na:")      # insertion order, not re-sorted
+    path = tmp_path / "lock.yaml"
+    assert lockfile.write(path, doc) is True
+    assert lockfile.write(path, doc) is False            # same bytes: not rewritten
+    assert path.read_text() == text
+    assert not list(tmp_path.glob(".lock-*"))
+
+
+def _lock_for(m, plan) -> dict:
+    from mtpimage.commands.lock import BASE_UNVERIFIED  # noqa: F401 - module imports cleanly
+    base = lockfile.base_pin(plan)
+    return {
+        "schema": lockfile.LOCK_SCHEMA, "target": {"python": plan.python}, "base_image": base,
+        "components": {c.name: {**lockfile.component_pin(c), "verified": False,
+                                "patches": [lockfile.patch_pin(p) for p in c.patches]}
+                       for c in plan.components},
+        "packages": {p.name: lockfile.package_pin(p) for p in plan.packages},
+        "profiles": {plan.profile: {"components": sorted(c.name for c in plan.components),
+                                    "packages": sorted(p.name for p in plan.packages)}},
+    }
+
+
+def test_check_frozen_names_the_drifted_component():
+    m = manifest.load()
+    plan = plan_for(m, "mtp-detach", None)
+    lock = _lock_for(m, plan)
+    lockfile.check_frozen(m, plan, lock)               # consistent: no error
+    lock["components"]["megatron-lm"]["commit"] = "0" * 40
+    with pytest.raises(InputError) as exc:
+        lockfile.check_frozen(m, plan, lock)
+    assert "megatron-lm" in str(exc.value) and "lock --upgrade megatron-lm" in str(exc.value)
+    lock = _lock_for(m, plan)
+    lock["packages"]["torch"]["version"] = "2.10.0+cu130"
+    with pytest.raises(InputError, match="package torch drifted"):
+        lockfile.check_frozen(m, plan, lock)
+    other = plan_for(m, "mtp-detach", ["sglang.version=0.5.11"])
+    with pytest.raises(InputError, match="sglang"):
+        lockfile.check_frozen(m, other, _lock_for(m, plan))
