@@ -6,6 +6,13 @@ jinja templates in mtpimage/templates/workflows/ and share one table of third-pa
 actions pinned by commit SHA (actions.yaml there). The output is a pure function of the
 profile names, the templates, the pins and the registry: no clock, no host facts, so an
 unchanged repository regenerates byte-identical files and `ci --check` can compare.
+
+The image workflow runs the main job with these options of the image stage:
+  --profile NAME --push --registry HOST[:PORT]/NAMESPACE --builder NAME   (exist)
+  --cache-from SPEC / --cache-to SPEC   passed verbatim to `docker buildx build` (requested)
+  --summary-file PATH                   JSON written after the last step (requested; keys
+                                        read by render_summary below)
+tests/unit/test_workflow.py checks each option against the CLI parser.
 """
 from __future__ import annotations
 

@@ -339,3 +339,35 @@ def test_summary_command_never_fails_the_job(tmp_path):
                     '"references": ["ghcr.io/a/mtp-verl:t"]}' % DIGEST)
     proc = run_cli("summary", "--profile", "mtp-full", str(good))
     assert f"docker pull ghcr.io/a/mtp-verl@{DIGEST}" in proc.stdout
+
+
+# -- the workflow's command lines against the CLI --------------------------------------------
+def build_commands(images: dict) -> dict[str, list[str]]:
+    """job -> argv of the `python build.py --profile ...` line of its build step."""
+    import shlex
+    out = {}
+    for name, job in images["jobs"].items():
+        script = run_of(job, "Build").replace("\\\n", " ")
+        line = next(x for x in script.splitlines() if x.strip().startswith("python build.py"))
+        argv = shlex.split(line.replace("$", ""))[2:]    # drop `python build.py`; vars as words
+        out[name] = argv
+    return out
+
+
+def test_workflow_build_commands_use_options_the_cli_accepts(images):
+    """Every option the image workflow passes must exist in the main job's parser. Options
+    the image stage has not added yet make this an expected failure that names them."""
+    from mtpimage.cli import make_parser
+    parser = make_parser()
+    known = {s for a in parser._actions for s in a.option_strings}
+    cmds = build_commands(images)
+    used = {w for argv in cmds.values() for w in argv if w.startswith("--")}
+    assert {"--profile", "--builder", "--cache-from", "--summary-file"} <= used
+    assert "--push" in cmds["publish"] and "--push" not in cmds["test"]
+    missing = sorted(used - known)
+    if missing:
+        pytest.xfail(f"the image stage does not offer {', '.join(missing)} yet "
+                     "(requested: see mtpimage/workflow.py)")
+    for argv in cmds.values():
+        args = parser.parse_args(argv)
+        assert args.profile == "PROFILE" and args.command is None
