@@ -833,7 +833,6 @@ def gpu_env(runner: Runner) -> dict:
     if not runner.cpu_debug:
         env["driver"] = driver_version()
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        env["cuda_driver_api"] = torch._C._cuda_getDriverVersion() if hasattr(torch._C, "_cuda_getDriverVersion") else None
     try:
         import megatron.core as mc
 
