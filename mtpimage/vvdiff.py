@@ -49,7 +49,8 @@ ORDER = "(order)"   # field name of a change in override order only
 class Side:
     label: str          # what the user typed (profile name, image ref, file)
     kind: str           # profile | image | file | vector
-    image: str | None   # image reference, when known
+    image: str | None   # image reference, for image sides
+    plan_digest: str | None   # the Plan's content hash, when known
     vector: dict        # normalised (see normalise)
 
 
@@ -110,6 +111,7 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
         "layers": layers,
         "verl_overrides": overrides,
         "_name": raw.get("profile"),
+        "_plan_digest": raw.get("plan_digest"),
     }
 
 
@@ -201,11 +203,12 @@ def _ordered_keys(ka: list[str], kb: list[str]) -> list[str]:
 # -- sides ---------------------------------------------------------------------------------
 def side_from_vector(label: str, raw: dict, kind: str = "vector", image: str | None = None) -> Side:
     """A side from an already-loaded version vector (or plan) dict."""
-    return Side(label, kind, image, normalise(raw, label))
+    vector = normalise(raw, label)
+    return Side(label, kind, image, vector["_plan_digest"], vector)
 
 
 def side_from_plan(plan) -> Side:
-    return Side(plan.profile, "profile", plan.image, normalise(plan.to_dict(), plan.profile))
+    return Side(plan.profile, "profile", None, plan.digest, normalise(plan.to_dict(), plan.profile))
 
 
 def side_from_file(path: Path) -> Side:
@@ -235,7 +238,11 @@ def vector_from_image(ref: str, client=None) -> dict:
         try:
             image = client.images.get(ref)
         except ImageNotFound:
-            image = client.images.pull(ref)
+            try:
+                image = client.images.pull(ref)
+            except NotFound:
+                raise InputError(ref, None, "no such image, locally or in its registry",
+                                 "check the reference, or docker login to a private registry") from None
         labels = image.labels or {}
         value = labels.get(LABEL_VERSION_VECTOR, DEFAULT_VECTOR_PATH)
         if value.lstrip().startswith("{"):
@@ -244,11 +251,11 @@ def vector_from_image(ref: str, client=None) -> dict:
         try:
             stream, _ = container.get_archive(value)
             data = b"".join(stream)
+        except NotFound:
+            raise InputError(ref, None, f"the image has no version vector at {value}",
+                             "compare images built by this tool (python build.py --profile NAME)") from None
         finally:
             container.remove(force=True)
-    except NotFound as exc:
-        raise InputError(ref, None, f"image has no version vector at {value}: {exc.explanation}",
-                         "build it with this tool (python build.py --profile NAME)") from None
     except DockerException as exc:
         raise EnvironmentProblem(f"cannot read image {ref}: {exc}") from None
     return json.loads(_first_file(data, ref))
@@ -271,9 +278,13 @@ def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _heading(tag: str, side: Side) -> str:
+    notes = [side.kind] + ([f"plan {side.plan_digest[:12]}"] if side.plan_digest else [])
+    return f"{tag}: {side.label}  ({', '.join(notes)})"
+
+
 def format_text(a: Side, b: Side, changes: list[Change]) -> str:
-    lines = [f"A: {a.label}" + (f"  ({a.image})" if a.image and a.image != a.label else ""),
-             f"B: {b.label}" + (f"  ({b.image})" if b.image and b.image != b.label else "")]
+    lines = [_heading("A", a), _heading("B", b)]
     if not changes:
         lines.append("no differences in the version vectors")
         return "\n".join(lines) + "\n"
@@ -311,8 +322,8 @@ def _change_lines(c: Change) -> list[str]:
 
 def to_json(a: Side, b: Side, changes: list[Change]) -> dict:
     return {
-        "a": {"label": a.label, "kind": a.kind, "image": a.image},
-        "b": {"label": b.label, "kind": b.kind, "image": b.image},
+        "a": {"label": a.label, "kind": a.kind, "image": a.image, "plan_digest": a.plan_digest},
+        "b": {"label": b.label, "kind": b.kind, "image": b.image, "plan_digest": b.plan_digest},
         "same": not changes,
         "differences": [c.to_dict() for c in changes],
     }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import io
 import json
 import tarfile
@@ -71,7 +72,7 @@ def test_cli_text_for_detach_vs_cp_recompute():
     proc = run_cli("diff", "mtp-detach", "mtp-cp-recompute")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.startswith("A: mtp-detach  (mtp-verl:mtp-detach-")
+    assert re.match(r"A: mtp-detach  \(profile, plan [0-9a-f]{12}\)\nB: mtp-cp-recompute  ", out)
     assert "\nengine\n  context_parallel_size: 1 -> 2\n" in out
     assert '  recompute: (none) -> {"granularity": "full", "method": "uniform", "num_layers": 1}' in out
     assert "verl overrides (rl)\n" in out and "verl overrides (sft)\n" in out
@@ -143,10 +144,11 @@ def test_image_vector_equals_its_profile(m):
 
 
 def test_real_version_vector_module_is_compatible(m):
-    vv = pytest.importorskip("mtpimage.versionvector", reason="image stage not installed")
+    from mtpimage import versionvector
     p = plan(m, "mtp-detach")
-    side = vvdiff.side_from_vector("img", vv.version_vector(p), kind="image")
+    side = vvdiff.side_from_vector("img", versionvector.version_vector(p), kind="image")
     assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, side.vector) == []
+    assert side.plan_digest == p.digest == vvdiff.side_from_plan(p).plan_digest
 
 
 def test_image_vector_differences_are_found(m):
@@ -216,6 +218,9 @@ class FakeContainer:
 
     def get_archive(self, path):
         self.log.append(("get_archive", path))
+        if path not in self.files:
+            from docker.errors import NotFound
+            raise NotFound(f"Could not find the file {path} in container")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             data = self.files[path]
@@ -230,14 +235,22 @@ class FakeContainer:
 
 
 class FakeClient:
-    def __init__(self, labels, files):
+    def __init__(self, labels, files, local=True):
         self.log: list = []
         client = self
 
         class Images:
             def get(self, ref):
                 client.log.append(("get", ref))
+                if not local:
+                    from docker.errors import ImageNotFound
+                    raise ImageNotFound(f"No such image: {ref}")
                 return FakeImage(labels)
+
+            def pull(self, ref):
+                client.log.append(("pull", ref))
+                from docker.errors import NotFound
+                raise NotFound(f"manifest unknown: {ref}")
 
         class Containers:
             def create(self, image, command=None):
@@ -264,3 +277,20 @@ def test_vector_from_image_defaults_path_and_accepts_inline_json(m):
     inline = FakeClient({vvdiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
     assert vvdiff.vector_from_image("x/y:z", client=inline) == vec
     assert [op[0] for op in inline.log] == ["get"]
+
+
+def test_image_without_vector_or_missing_image_is_an_input_error():
+    client = FakeClient({}, {})
+    with pytest.raises(InputError, match="no version vector at /opt/mtp/version.json"):
+        vvdiff.vector_from_image("x/y:z", client=client)
+    assert client.log[-1] == ("remove", True)            # the created container is removed
+    gone = FakeClient({}, {}, local=False)
+    with pytest.raises(InputError, match="no such image"):
+        vvdiff.vector_from_image("x/y:z", client=gone)
+    assert [op[0] for op in gone.log] == ["get", "pull"]
+
+
+def test_unreachable_docker_is_an_environment_error(tmp_path):
+    proc = run_cli("diff", "mtp-detach", "ghcr.io/acme/mtp-verl:mtp-detach",
+                   env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
+    assert_one_line_error(proc, "cannot read image ghcr.io/acme/mtp-verl:mtp-detach", code=3)
