@@ -266,6 +266,12 @@ def unpinned_ref(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def decided_in_image(plan: Plan, f: dict) -> Verdict:
+    """Rules whose evidence is the built image (a GPU run), reported by the image tests."""
+    return Verdict(NA, "decided by the in-image GPU check")
+
+
+@predicate
 def rollout_throughput(plan: Plan, f: dict) -> Verdict:
     if plan.mode == "rollout" and plan.rollout_engine == "sglang":
         return Verdict(FAIL, "MTP speculative rollout on SGLang")
