@@ -99,15 +99,12 @@ def load_actions(path: Path | None = None) -> dict[str, dict]:
 
 
 def image_profiles(m: Manifests) -> list[dict]:
-    """One entry per distinct image: non-abstract profiles, in name order; two profiles
-    that resolve to the same image (same plan digest) build once, under the first name."""
-    seen: set[str] = set()
+    """One entry per image: each non-abstract profile, in name order. (The profile name is
+    part of the Plan and so of the image identity: no two profiles share an image.) Each
+    profile is resolved, so `ci` refuses a broken profile instead of generating a job for it."""
     out = []
     for name in m.names():
         plan = build_plan(m, resolve_profile(m, name))
-        if plan.digest in seen:
-            continue
-        seen.add(plan.digest)
         out.append({"name": name, "mode": plan.mode, "experimental": plan.experimental})
     return out
 

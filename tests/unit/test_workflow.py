@@ -371,3 +371,12 @@ def test_workflow_build_commands_use_options_the_cli_accepts(images):
     for argv in cmds.values():
         args = parser.parse_args(argv)
         assert args.profile == "PROFILE" and args.command is None
+
+
+def test_ci_refuses_a_broken_profile(tmp_path):
+    man = copy_manifests(tmp_path)
+    (man / "profiles" / "broken.yaml").write_text(
+        "schema_version: 1\nname: broken\nextends: base\nsummary: x\nmode: no-such-mode\n")
+    proc = run_cli("ci", "--check", "--root", str(tmp_path), "--manifests", str(man))
+    assert proc.returncode == 2 and "broken.yaml" in proc.stderr, proc.stderr
+    assert not (tmp_path / ".github").exists()
