@@ -311,11 +311,13 @@ def cmd_lock(args) -> int:
                                  "one lock.yaml holds one pin per component: give the variant its own name")
             pins[c.name] = (plan.profile, pin)
     try:
-        for plan in plans:
+        done: set[str] = set()
+        for plan in plans:                      # every source first, so each profile sees all trees
             for c in plan.components:
-                if c.name not in {k for k in pins if pins[k][0] == plan.profile}:
-                    continue
-                components[c.name] = locker.component_entry(plan, c)
+                if c.name not in done:
+                    components[c.name] = locker.component_entry(plan, c)
+                    done.add(c.name)
+        for plan in plans:
             for p in plan.packages:
                 packages[p.name] = lockfile.package_pin(p)
             probes = probe_plan(plan, m.root, locker.ss)
