@@ -10,7 +10,7 @@ from pathlib import Path
 from . import manifest, rules
 from .errors import EXIT_INPUT, EXIT_RULES, BuilderError, InputError
 from .modelconfig import model_warnings
-from .plan import Plan, build_plan, verl_facts
+from .plan import IMAGE_REPOSITORY, Plan, build_plan, verl_facts
 from .report import print_check, print_plan
 
 DEFAULT_PROFILE = "mtp-detach"
@@ -59,6 +59,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True)
     p.add_argument("--target", required=True, choices=["rl", "sft"])
     p.add_argument("--model-config", type=Path, help="a HF config.json to check against the mode")
+    p.add_argument("--cluster", choices=["slurm", "apptainer"],
+                   help="print a ready job script pinned to the published image's digest")
+    p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
+                   help="where the image was published (with --cluster)")
+    p.add_argument("--digest", metavar="sha256:...", help="use this digest instead of asking the registry")
 
     # Stages after the plan live in their own modules; each adds its subcommands
     # and its main-job options here, so cli.py stays a thin dispatcher.
@@ -132,6 +137,9 @@ def cmd_explain(args) -> int:
              for r in rules.errors(results) + rules.warnings(results)]
     if args.model_config:
         notes += model_warnings(args.model_config)
+    if args.cluster:
+        print(cluster_script(args, m, plan), end="")
+        return 0
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     if args.json:
@@ -149,6 +157,31 @@ def cmd_explain(args) -> int:
     for note in notes:
         print(f"# warning: {note}")
     return 0
+
+
+def cluster_script(args, m: manifest.Manifests, plan: Plan) -> str:
+    """The job script, pinned to the digest of this plan's tested image in the registry."""
+    import re
+
+    from .cluster import job_script
+    from .publish import Registry
+    from .render import render
+
+    if not args.registry:
+        raise InputError("--registry", None, "--cluster needs the registry the image was pushed to",
+                         "add --registry HOST[:PORT]/NAMESPACE")
+    reg = Registry.parse(args.registry)
+    digest = args.digest
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise InputError("--digest", digest, "expected sha256:<64 hex>")
+    if digest is None:
+        identity = render(plan, m.root).identity
+        digest = reg.manifest_digest(IMAGE_REPOSITORY, identity)
+        if digest is None:
+            raise InputError("--registry", args.registry,
+                             f"{reg.ref(IMAGE_REPOSITORY, identity)} is not published",
+                             f"run python build.py --profile {plan.profile} --push --registry {args.registry}")
+    return job_script(plan, args.target, args.cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest)
 
 
 def cmd_main(args) -> int:

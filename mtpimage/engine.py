@@ -100,6 +100,8 @@ class BuildRequest:
     progress: str = "auto"
     network: str | None = None
     no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
 
 
 def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
@@ -132,6 +134,13 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
             argv += ["--network", req.network]
         if req.no_cache:
             argv += ["--no-cache"]
+        if req.cache_to and kit.mode != "buildx":
+            raise InputError("--cache-to", req.cache_to[0], "exporting a build cache needs docker buildx",
+                             "install the buildx plugin or drop --cache-to")
+        for spec in req.cache_from:
+            argv += ["--cache-from", spec]
+        for spec in req.cache_to:
+            argv += ["--cache-to", spec]
         argv += ["-"]
         log = open(log_path, "wb") if log_path else None
         try:

@@ -6,7 +6,7 @@ Each module exposes:
   run_main(args, manifests, plan, results) -> int | None
                                      run its part of the main job; None = not handled
 """
-from . import ci, image, lock
+from . import ci, cluster, image, lock
 
 # Order matters for the main job: lock (frozen check) runs before image (build/test/push).
-MODULES = [lock, image, ci]
+MODULES = [lock, image, ci, cluster]

@@ -79,7 +79,9 @@ def build_image(args, plan: Plan, rendered: Rendered) -> str:
         context_tar=context, labels=identity_labels(rendered.identity),
         ca_bundle=getattr(args, "ca_bundle", None), netrc=getattr(args, "netrc", None),
         builder=getattr(args, "builder", None), progress=progress,
-        no_cache=getattr(args, "no_cache", False))
+        no_cache=getattr(args, "no_cache", False),
+        cache_from=tuple(getattr(args, "cache_from", None) or ()),
+        cache_to=tuple(getattr(args, "cache_to", None) or ()))
     image_id = engine.build(req)
     _say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
     return image_id
@@ -201,6 +203,19 @@ def cmd_test(args) -> int:
 
 
 def run_main(args, manifests, plan: Plan, results) -> int:
+    summary = {"profile": plan.profile, "image": None, "pushed": False, "references": [],
+               "digest": None, "up_to_date": False}
+    try:
+        return _run_main(args, manifests, plan, summary)
+    finally:
+        if getattr(args, "summary_file", None):
+            # Written on failure too, so CI's job summary can say how far the run got.
+            path = Path(args.summary_file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _run_main(args, manifests, plan: Plan, summary: dict) -> int:
     rendered = render(plan, manifests.root)
     local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
     human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
@@ -212,6 +227,7 @@ def run_main(args, manifests, plan: Plan, results) -> int:
                              "use --push --registry HOST[:PORT]/NAMESPACE")
         reg = publish.Registry.parse(args.registry)
     _say(f"image   {local}")
+    summary["image"] = local
     local_id = _local_id(local)
     remote = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if reg else None
     if local_id is not None or remote is not None:
@@ -222,7 +238,10 @@ def run_main(args, manifests, plan: Plan, results) -> int:
         if human_ok:
             where = "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
             _say(f"up to date: {local} exists {where}; nothing to build")
+            summary["up_to_date"] = True
             if reg is not None:
+                summary.update(digest=remote, references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                                                          reg.ref(IMAGE_REPOSITORY, plan.profile)])
                 print_pulls(reg, remote)
             return 0
         if local_id is None:
@@ -243,6 +262,9 @@ def run_main(args, manifests, plan: Plan, results) -> int:
         digest = publish_image(args, plan, rendered, reg)
         _say(f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
              f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}")
+        summary.update(pushed=True, digest=digest,
+                       references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                                   reg.ref(IMAGE_REPOSITORY, plan.profile)])
         print_pulls(reg, digest)
     return 0
 
@@ -280,6 +302,12 @@ def register(subparsers, add_common) -> None:
 
 
 def add_main_options(parser) -> None:
+    parser.add_argument("--cache-from", action="append", metavar="SPEC",
+                        help="BuildKit cache source, e.g. type=registry,ref=REG/mtp-verl:buildcache (repeatable)")
+    parser.add_argument("--cache-to", action="append", metavar="SPEC",
+                        help="BuildKit cache export (buildx only), e.g. type=registry,ref=...,mode=max")
+    parser.add_argument("--summary-file", type=Path, metavar="PATH",
+                        help="write a JSON summary (profile, image, pushed, references, digest) for CI")
     parser.add_argument("--push", action="store_true", help="push after the tests pass (needs --registry)")
     parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="registry to publish to")
     _build_options(parser, main=True)

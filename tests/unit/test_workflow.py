@@ -355,8 +355,7 @@ def build_commands(images: dict) -> dict[str, list[str]]:
 
 
 def test_workflow_build_commands_use_options_the_cli_accepts(images):
-    """Every option the image workflow passes must exist in the main job's parser. Options
-    the image stage has not added yet make this an expected failure that names them."""
+    """Every option the image workflow passes must exist in the main job's parser."""
     from mtpimage.cli import make_parser
     parser = make_parser()
     known = {s for a in parser._actions for s in a.option_strings}
@@ -364,10 +363,7 @@ def test_workflow_build_commands_use_options_the_cli_accepts(images):
     used = {w for argv in cmds.values() for w in argv if w.startswith("--")}
     assert {"--profile", "--builder", "--cache-from", "--summary-file"} <= used
     assert "--push" in cmds["publish"] and "--push" not in cmds["test"]
-    missing = sorted(used - known)
-    if missing:
-        pytest.xfail(f"the image stage does not offer {', '.join(missing)} yet "
-                     "(requested: see mtpimage/workflow.py)")
+    assert sorted(used - known) == []
     for argv in cmds.values():
         args = parser.parse_args(argv)
         assert args.profile == "PROFILE" and args.command is None
