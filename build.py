@@ -35,7 +35,11 @@ def _bootstrap() -> None:
 
 
 try:
-    import jinja2, jsonschema, packaging, requests, yaml  # noqa: E401,F401  (the pinned set)
+    import importlib.util
+
+    import docker, jinja2, jsonschema, packaging, requests, tenacity, yaml  # noqa: E401,F401
+    if importlib.util.find_spec("testcontainers") is None:   # imported lazily by `test`
+        raise ImportError("testcontainers")
 except ImportError:
     _bootstrap()
 
