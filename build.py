@@ -16,7 +16,7 @@ VENV = HERE / ".venv"
 
 def _bootstrap() -> None:
     python = VENV / "bin" / "python"
-    if Path(sys.executable).resolve() == python.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
+    if Path(sys.prefix).resolve() == VENV.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
         print("error: missing Python dependencies; run: pip install -r requirements.txt",
               file=sys.stderr)
         sys.exit(3)
