@@ -247,6 +247,10 @@ def _apply_overrides(m: Manifests, name: str, comps: dict, pkgs: dict, overrides
         validated = _validate_entry(entry, kind, loc, target)
         if kind == "component" and fields.get("patches"):
             check_patches(m.catalogue, target, validated["patches"], where=loc)
+        layers = m.catalogue.data["layers"]
+        if validated["layer"] not in layers:  # an unknown layer would drop it from the image
+            raise InputError(loc, f"{target}.layer", f"unknown layer '{validated['layer']}'",
+                             f"use one of: {', '.join(layers)}")
         index = validated.get("index", "pypi")
         if index not in m.catalogue.data["indexes"]:
             raise InputError(loc, f"{target}.index", f"unknown index '{index}'",
