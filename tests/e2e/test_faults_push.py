@@ -1,0 +1,147 @@
+"""Faults on push: a loopback proxy (tests/fixtures/faultproxy.py) in front of the real
+registry answers 500/503 and drops connections on chosen requests while build.py pushes.
+
+Either docker's retries carry the push through, or the run fails cleanly (exit 3, no
+traceback); the human tag `<profile>` moves only after the content tag is complete in the
+registry (checked with HEAD /v2/<name>/manifests/<tag> on the registry itself, not the proxy).
+FAULTS counts the faults the proxy injected (printed with -s).
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+
+from tests.fixtures.faultproxy import FaultProxy
+from tests.fixtures.image_fixtures import copy_manifests, make_test_base, run_build
+
+pytestmark = pytest.mark.timeout(600)
+PROFILE = "test-detach"
+ACCEPT = ", ".join(["application/vnd.docker.distribution.manifest.v2+json",
+                    "application/vnd.oci.image.manifest.v1+json",
+                    "application/vnd.oci.image.index.v1+json",
+                    "application/vnd.docker.distribution.manifest.list.v2+json"])
+FAULTS: list = []
+
+
+@pytest.fixture(scope="module")
+def world(docker_host, git_world, tmp_path_factory):
+    base = make_test_base(docker_host)
+    manifests = copy_manifests(tmp_path_factory.mktemp("fault-manifests") / "manifests", base)
+    env = {**git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
+           "MTP_DOCKER_CLI": docker_host.cli}
+    w = {"host": docker_host, "manifests": str(manifests), "env": env, "base": base}
+    built = _cli(w, "--profile", PROFILE)  # builds once, or finds it up to date
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return w
+
+
+@pytest.fixture
+def proxy(world):
+    with FaultProxy(world["host"].registry) as p:
+        yield p
+        FAULTS.extend(p.injected)
+
+
+def _cli(world, *args):
+    return run_build("--manifests", world["manifests"], *args, env=world["env"], timeout=500)
+
+
+def _digest(world, ns, tag):
+    resp = requests.head(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{tag}",
+                         headers={"Accept": ACCEPT}, timeout=10)
+    if resp.status_code == 404:
+        return None
+    assert resp.status_code == 200, resp.status_code
+    return resp.headers["Docker-Content-Digest"]
+
+
+def _old_human_tag(world, ns) -> str:
+    """Point <ns>/mtp-verl:<profile> at another image (the test base): the 'trusted' tag."""
+    host = world["host"]
+    ref = f"{host.registry}/{ns}/mtp-verl:{PROFILE}"
+    host.docker("tag", world["base"], ref)
+    host.docker("push", ref, timeout=300)
+    host.docker("image", "rm", "--no-prune", ref, check=False)
+    digest = _digest(world, ns, PROFILE)
+    assert digest
+    return digest
+
+
+def _identity(world, tmp_path):
+    import json
+    proc = _cli(world, "render", "--profile", PROFILE, "--json", "--out", str(tmp_path / "render"))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["identity"]
+
+
+def _clean_failure(proc):
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr[-1000:]
+
+
+def test_transient_faults_are_retried_and_both_tags_agree(world, proxy, tmp_path):
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    identity = _identity(world, tmp_path)
+    proxy.add("POST", r"/blobs/uploads/", "503", times=1)
+    proxy.add("PATCH", r"/blobs/uploads/", "drop", times=1)
+    proxy.add("PUT", r"/blobs/uploads/", "500", times=1)
+    proxy.add("HEAD", r"/blobs/sha256:", "503", times=1)
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    assert len(proxy.injected) >= 2, (proxy.injected, proxy.requests)
+    assert proc.returncode == 0, (proxy.injected, proc.stdout[-3000:], proc.stderr[-3000:])
+    content = _digest(world, ns, identity)
+    assert content and _digest(world, ns, PROFILE) == content != old
+    assert f"digest  {content}" in proc.stdout
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "drop"])
+def test_content_tag_push_failing_leaves_the_human_tag(world, proxy, tmp_path, fault):
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    identity = _identity(world, tmp_path)
+    proxy.add("PUT", rf"/manifests/{identity}$", fault, times=-1)
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    assert proxy.injected, proxy.requests
+    _clean_failure(proc)
+    assert _digest(world, ns, PROFILE) == old
+    assert _digest(world, ns, identity) is None
+    assert not [r for r in proxy.requests if r[0] == "PUT" and r[1].endswith(f"/manifests/{PROFILE}")]
+
+
+@pytest.mark.parametrize("fault", ["500", "drop"])
+def test_human_tag_push_failing_keeps_the_old_human_tag(world, proxy, tmp_path, fault):
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    identity = _identity(world, tmp_path)
+    proxy.add("PUT", rf"/manifests/{PROFILE}$", fault, times=-1)
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    assert proxy.injected, proxy.requests
+    _clean_failure(proc)
+    assert _digest(world, ns, PROFILE) == old
+    local = world["host"].docker("image", "inspect", f"{proxy.address}/{ns}/mtp-verl:{PROFILE}", check=False)
+    assert local.returncode != 0, "the run left a registry-prefixed local tag behind"
+    # a clean retry, faults gone, finishes the job
+    proxy.clear()
+    again = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _digest(world, ns, PROFILE) == _digest(world, ns, identity) != old
+
+
+def test_registry_lookup_failing_fails_before_any_push(world, proxy, tmp_path):
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    proxy.add("HEAD", r"/manifests/", "503", times=-1)
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    _clean_failure(proc)
+    assert not [r for r in proxy.requests if r[0] in ("PUT", "PATCH", "POST")], proxy.requests
+    assert _digest(world, ns, PROFILE) == old
+
+
+def test_zz_report_faults(capsys):
+    with capsys.disabled():
+        print(f"\nfaults injected on push: {len(FAULTS)}")
+    assert FAULTS
