@@ -1,0 +1,134 @@
+"""SIGINT during build or test, and two concurrent runs of the same profile.
+
+SIGINT (as a terminal's Ctrl-C, to the whole process group) leaves no running container,
+none of the tool's temp directories, no tag, and manifests/ (lock.yaml included) byte for
+byte as it was. Two concurrent runs both succeed, agree on the image, and leave the source
+cache consistent (each archive matches its recorded sha256).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.image_fixtures import REPO, copy_manifests, make_test_base
+
+pytestmark = pytest.mark.timeout(600)
+PROFILE = "test-load-only"
+
+
+@pytest.fixture(scope="module")
+def world(docker_host, git_world, tmp_path_factory):
+    base = make_test_base(docker_host)
+    manifests = copy_manifests(tmp_path_factory.mktemp("sigint-manifests") / "manifests", base)
+    tmp = tmp_path_factory.mktemp("tool-tmp")
+    env = {**os.environ, **git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
+           "MTP_DOCKER_CLI": docker_host.cli, "TMPDIR": str(tmp), "TESTCONTAINERS_RYUK_DISABLED": "true"}
+    env.pop("MTP_DEBUG", None)
+    return {"host": docker_host, "manifests": manifests, "env": env, "tmp": tmp}
+
+
+def _popen(world, *args):
+    return subprocess.Popen([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]), *args],
+                            cwd=REPO, env=world["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _running(world) -> set[str]:
+    return set(world["host"].docker("ps", "-q", "--no-trunc").stdout.split())
+
+
+def _identity(world):
+    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
+                           "render", "--profile", PROFILE, "--json", "--out", str(world["tmp"] / "r")],
+                          cwd=REPO, env=world["env"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["identity"]
+
+
+def _forget(world, identity):
+    for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}"):
+        world["host"].docker("image", "rm", "--no-prune", ref, check=False)
+
+
+def _interrupt_when(proc, marker: str, then=None) -> str:
+    """Read output until `marker`, optionally wait for `then()`, send SIGINT to the group."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            break
+    else:
+        proc.wait()
+        pytest.fail(f"the run ended before {marker!r}: {''.join(seen)[-3000:]}")
+    if then is not None:
+        for _ in range(400):
+            if then():
+                break
+            time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    return "".join(seen) + rest
+
+
+def _tool_temp(world) -> list[str]:
+    return sorted(p.name for p in world["tmp"].iterdir() if p.name.startswith(("mtp-", "tmp")))
+
+
+@pytest.mark.parametrize("stage", ["build", "test"])
+def test_sigint_leaves_no_container_temp_dir_tag_or_changed_manifests(world, stage):
+    identity = _identity(world)
+    _forget(world, identity)
+    before_manifests = _snapshot(world["manifests"])
+    before_running = _running(world)
+    before_tmp = _tool_temp(world)
+    if stage == "build":
+        proc = _popen(world, "--profile", PROFILE, "--no-cache")
+        out = _interrupt_when(proc, "build   ")
+    else:
+        ok = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
+                             "--profile", PROFILE], cwd=REPO, env=world["env"], capture_output=True,
+                            text=True, timeout=500)
+        assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+        proc = _popen(world, "test", "--profile", PROFILE, "--image", f"mtp-verl:{PROFILE}")
+        out = _interrupt_when(proc, "test    ", then=lambda: _running(world) - before_running)
+    assert proc.returncode != 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    time.sleep(0)  # no waiting on docker: the tool removes its container before it exits
+    assert _running(world) - before_running == set(), "a test container outlived the interrupted run"
+    assert _tool_temp(world) == before_tmp
+    assert _snapshot(world["manifests"]) == before_manifests
+    if stage == "build":
+        assert world["host"].docker("image", "inspect", f"mtp-verl:{identity}", check=False).returncode != 0
+
+
+def test_two_concurrent_runs_of_one_profile_both_succeed(world):
+    identity = _identity(world)
+    _forget(world, identity)
+    before_manifests = _snapshot(world["manifests"])
+    procs = [_popen(world, "--profile", PROFILE) for _ in range(2)]
+    outs = [p.communicate(timeout=500)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    host = world["host"]
+    ids = {host.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+           for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}")}
+    assert len(ids) == 1
+    cache = Path(world["env"]["MTP_CACHE_DIR"]) / "sources"
+    tars = sorted(cache.glob("*.tar"))
+    assert tars
+    for tar in tars:
+        assert tar.with_suffix(".sha256").read_text().strip() == hashlib.sha256(tar.read_bytes()).hexdigest()
+    assert not list(cache.glob("*.tmp")), "a half-written cache file was left"
+    assert _snapshot(world["manifests"]) == before_manifests
