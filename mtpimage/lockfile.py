@@ -137,6 +137,28 @@ def read(path: Path) -> dict | None:
     return doc
 
 
+def changed_files(old: dict | None, new: dict) -> list[str]:
+    """Files (a component's wheel, a resolved package's file) that the old lock and the new
+    one name with the same version and file name but a different sha256: the bytes behind a
+    pin changed (a tampered cache, a re-uploaded file). Each entry names the file."""
+    if not old:
+        return []
+    out = []
+    pairs = [(f"component {k}", (old.get("components") or {}).get(k), v)
+             for k, v in (new.get("components") or {}).items()]
+    for key, nset in (new.get("python_sets") or {}).items():
+        oset = (old.get("python_sets") or {}).get(key) or {}
+        pairs += [(f"package {k}", (oset.get("packages") or {}).get(k), v)
+                  for k, v in (nset.get("packages") or {}).items()]
+    for what, o, n in pairs:
+        if not isinstance(o, dict) or not isinstance(n, dict):
+            continue
+        if o.get("sha256") and n.get("sha256") and o.get("file") == n.get("file") \
+                and o.get("version") == n.get("version") and o["sha256"] != n["sha256"]:
+            out.append(f"{what}: {n.get('file')} has sha256 {n['sha256']}, lock.yaml says {o['sha256']}")
+    return out
+
+
 # ----------------------------------------------------------------------------- --frozen
 
 

@@ -357,6 +357,12 @@ def cmd_lock(args) -> int:
             print(f"unverified: {line}", file=sys.stderr)
         print("error: --require-verified: lock.yaml not written", file=sys.stderr)
         return EXIT_ENV
+    tampered = lockfile.changed_files(lockfile.read(path), doc)
+    if tampered:
+        raise BuilderError("refusing a downloaded file whose sha256 differs from the lock, "
+                           f"lock.yaml left unchanged: {'; '.join(tampered)} (fix: clear the cache "
+                           "entry and lock again; if the index really changed the file, review it and "
+                           "remove its entry from lock.yaml)")
     changed = lockfile.write(path, doc)
     elapsed = time.monotonic() - t0
     for line in moved:
