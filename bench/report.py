@@ -51,12 +51,15 @@ def markdown(r: dict) -> str:
     b = r.get("bump_sglang")
     if b and b["incremental"] and b["full"]:
         inc, full = b["incremental"], b["full"]
+        bump_ok = all(x["layers_rebuilt"] == x["layers"] - x["first_rebuilt_index"] and
+                      x["first_rebuilt_index"] == inc[0]["first_rebuilt_index"] for x in inc)
         rows.append(f"| sglang pin bumped: build + checks + push | {s(med([x['s'] for x in inc]))} "
                     f"({inc[0]['layers_rebuilt']}/{inc[0]['layers']} layers rebuilt) | "
                     f"{s(med([x['s'] for x in full]))} full rebuild (`--no-cache`, "
                     f"{full[0]['layers_rebuilt']}/{full[0]['layers']} layers) | "
                     f"{med([x['s'] for x in full]) / med([x['s'] for x in inc]):.1f}x faster | "
-                    "only the layers from sglang up | see below |")
+                    f"only the layers from sglang up | {yes(bump_ok)} (layers {inc[0]['first_rebuilt_index']}-"
+                    f"{inc[0]['layers'] - 1}: sglang, verl, mode) |")
     rc = r.get("render_check")
     if rc:
         rows.append(f"| render + check, all {rc['profiles']} shipped profiles, in-process | "
@@ -101,7 +104,8 @@ def markdown(r: dict) -> str:
                 f"unshared layer is index {top}, the mode layer is {last}); unique bytes per extra "
                 f"profile < 1% ({yes(worst < 1)}: at most {worst:.3f}%).", "",
                 "Per-layer table of the test-detach image (what `mtpimage/sizes.py` prints after a build; "
-                "uncompressed):", "", "| layer | size | created by |", "|---|---|---|"]
+                "uncompressed; steps that add no bytes are left out, so step numbers are `docker history` "
+                "positions, not layer indexes):", "", "| history step | size | created by |", "|---|---|---|"]
         for idx, size, created in sh["layer_table"]:
             out.append(f"| {idx} | {mb(size)} | `{created.replace('|', '/')}` |")
         out.append("")
@@ -114,7 +118,9 @@ def markdown(r: dict) -> str:
                 f"| bare Python start-up (`python -c pass`), for reference | {s(med(rc['python_startup_s']))} | - |",
                 f"| CLI `python build.py check` (all profiles, no render; exit {rc['cli_check_rc']}) | {s(med(rc['cli_check_all_s']))} | {yes(med(rc['cli_check_all_s']) < 1)} |",
                 f"| CLI `python build.py render --profile X` once per profile ({rc['profiles']} processes) | {s(med(rc['cli_render_each_s']))} | {yes(med(rc['cli_render_each_s']) < 1)} |",
-                ""]
+                "", "There is no one CLI command that renders every profile: `check` covers all "
+                "profiles in one process; rendering them all from the shell costs one Python start-up "
+                "plus imports (~0.5 s) per profile. In one process the whole job is well under 1 s.", ""]
 
     notes = ["## Notes and caveats", ""]
     if f:
@@ -123,18 +129,41 @@ def markdown(r: dict) -> str:
                      f"registry HEAD per tag plus Python start-up, render and plan; it does not pull the "
                      f"image, while `docker build --cache-from` ends with the image loaded locally (it "
                      f"pulls every layer). The row with `docker pull` compares equal end states. The "
-                     f"base image's layers stay in dockerd's layer store (the shared "
-                     f"`mtp-test-base:bookworm` holds them), which favours plain docker slightly. "
-                     f"Plain step counts: {f['plain_steps'][-1]}.")
+                     f"bench's base is a flattened copy (`docker export | docker import`) of the test "
+                     f"base, sharing no layer with other local images, so no layer of the image was "
+                     f"local: a truly empty builder. Plain BuildKit step counts: {f['plain_steps'][-1]} "
+                     f"(all cached, none executed). Single runs, s: tool {[round(x, 2) for x in f['tool_s']]}, "
+                     f"plain {[round(x, 2) for x in f['plain_s']]}.")
+    if f and sh:
+        size = sh["per_profile"][r["profile"]]["compressed_bytes"]
+        notes.append(f"- The fresh-builder ratio depends on the image size: plain `--cache-from` must pull "
+                     f"every layer ({mb(size)} compressed here, {s(med(f['pull_s']))} for a plain "
+                     f"`docker pull` of it), the tool's no-op does not grow with the image. The test images "
+                     f"are small; real CUDA + torch images are far larger, so the ratio there is larger.")
     if w:
+        bd = w.get("tool_breakdown", {})
+        rest = med(w["tool_s"]) - sum(bd.values())
         notes.append(f"- Warm no-op: the tool checks `docker image inspect` of its content tag and "
                      f"stops; plain docker re-sends the whole context (sources included) and checks "
-                     f"every step against the cache (step counts {w['plain_steps']}).")
+                     f"every step against the cache (step counts {w['plain_steps']}). Plain docker is "
+                     f"fast here because the context is small. Where the tool's "
+                     f"{s(med(w['tool_s']))} go (medians): Python start-up {s(bd.get('python_startup_s', 0))}, "
+                     f"imports of mtpimage.cli + commands {s(bd.get('imports_s', 0))} (jsonschema, requests, "
+                     f"the lock/pydeps command modules), BuildKit CLI detection "
+                     f"{s(bd.get('docker_cli_detection_s', 0))} (`docker version`, `docker buildx version`, "
+                     f"`docker build --help`, run even for a no-op because `_local_id` goes through "
+                     f"`engine.docker`), the rest {s(rest)}: manifests load + validation, plan, rules, "
+                     f"render, printing the plan, two `docker image inspect`. So the goal is not met, by a "
+                     f"fixed ~1 s that does not depend on the image: the fixes are in the tool "
+                     f"(lazy imports, no detection for inspect/tag calls), not in the build.")
     if b and b.get("full"):
         notes.append("- Full rebuild = the tool with `--no-cache` and a bumped pin (so build, checks and "
                      "push are counted the same way on both sides). The base layers are never pushed "
-                     "again by either; the OS layer is rebuilt by `--no-cache` only if the base lacks "
-                     "the OS packages.")
+                     "again by either. The stand-in components install in well under a second, so the "
+                     "wall time of either is mostly fixed costs (source fetch, context upload, the "
+                     "in-image checks container, push); the time ratio is therefore small here, and "
+                     "the layer and byte figures are the ones that carry over to real images, where the "
+                     "layers below sglang (torch, TE, flash-attn, apex, Megatron) take far longer.")
     m = r.get("machine", {})
     notes += ["", "## Machine", "",
               f"- CPU: {m.get('cpu')} ({m.get('cores')} cores visible), memory {m.get('memory')}",
@@ -179,7 +208,11 @@ def chart(r: dict, path: Path) -> None:
         ax.text(x + 0.2, p, f"{p:.2f}s", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(list(xs), labels)
     ax.set_ylabel("seconds (median)")
-    ax.set_title("No-op build")
+    ax.set_ylim(0, max(tool + plain) * 1.2)
+    title = "No-op build"
+    if r.get("fresh") and r.get("warm"):
+        title += f" (fresh: {r['fresh']['ratio']:.1f}x faster; warm: tool/plain {r['warm']['ratio']:.2f})"
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
 
     ax = axes[0][1]
@@ -191,7 +224,8 @@ def chart(r: dict, path: Path) -> None:
         lay = [b[k][0]["layers_rebuilt"] for k in kinds]
         ax.bar([0, 1], t, 0.5, color=[tool_c, plain_c])
         for i in range(2):
-            ax.text(i, t[i], f"{t[i]:.1f}s\n{lay[i]}/{b[kinds[i]][0]['layers']} layers rebuilt\n{p[i]:.1f} MB pushed",
+            ax.text(i, t[i], f"{t[i]:.1f}s\n{lay[i]}/{b[kinds[i]][0]['layers']} layers rebuilt\n"
+                    + (f"{p[i]:.1f} MB pushed" if p[i] >= 1 else f"{p[i] * 1000:.0f} kB pushed"),
                     ha="center", va="bottom", fontsize=9)
         ax.set_xticks([0, 1], ["sglang pin bumped\n(BuildKit cache)", "full rebuild\n(--no-cache)"])
         ax.set_ylim(0, max(t) * 1.45)

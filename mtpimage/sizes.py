@@ -7,6 +7,7 @@ is larger than the budget, so a too-big image is never tagged or pushed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import engine
@@ -36,6 +37,11 @@ def human(n: float) -> str:
 
 def _short(created_by: str, width: int = 64) -> str:
     text = " ".join(created_by.split())
+    if not text:
+        return "(base image)"
+    names = re.findall(r"mtp_install\.py record --name (\S+)", text)
+    if names:                                # one catalogue layer of the template
+        return "RUN install " + ", ".join(names)
     for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
         if text.startswith(prefix):
             text = text[len(prefix):]
