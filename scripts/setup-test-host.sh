@@ -47,8 +47,17 @@ mkdir -p "$STATE_DIR"
 chmod 0755 "$STATE_DIR"
 
 # --------------------------------------------------------------------------- 1. packages
+# A host that already runs a Docker engine from other packages (GitHub's runners ship
+# docker-ce + containerd.io) must not get docker.io on top: the two conflict.
+if command -v docker >/dev/null 2>&1 && timeout 20 docker info >/dev/null 2>&1 \
+        && ! dpkg-query -W -f='${Status}' docker.io 2>/dev/null | grep -q 'install ok installed'; then
+    log "a Docker engine is already running (not Debian's docker.io): keeping it"
+    APT_PACKAGES=("${APT_PACKAGES[@]/docker.io}")
+fi
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
+    [ -n "$p" ] || continue
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

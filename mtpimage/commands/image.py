@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from .. import engine, imagetest, publish
+from .. import engine, imagetest, publish, sizes
 from ..errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from ..plan import IMAGE_REPOSITORY, Plan
 from ..render import Rendered, render
@@ -84,6 +84,7 @@ def build_image(args, plan: Plan, rendered: Rendered) -> str:
         cache_to=tuple(getattr(args, "cache_to", None) or ()))
     image_id = engine.build(req)
     _say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
+    sizes.after_build(plan, image_id, _say)   # per-layer sizes; a size budget fails before any tag
     return image_id
 
 
