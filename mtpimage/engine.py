@@ -78,11 +78,9 @@ def detect() -> BuildKitCLI:
 
 def docker(*args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
            ) -> subprocess.CompletedProcess:
-    """A plain docker CLI call (the detected BuildKit CLI when there is one)."""
-    try:
-        cli = detect().cli
-    except EnvironmentProblem:
-        cli = (candidates() or ["docker"])[0]
+    """A plain docker CLI call (inspect, tag, push). Any CLI talks to the daemon; BuildKit
+    detection (three CLI calls) is only paid for builds, which keeps no-op runs fast."""
+    cli = (candidates() or ["docker"])[0]
     proc = subprocess.run([cli, *args], capture_output=True, timeout=timeout, input=input)
     if check and proc.returncode != 0:
         raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: "
