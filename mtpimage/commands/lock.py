@@ -15,6 +15,10 @@ dependency conflict failed, 2 bad input, 3 a source or index failed (nothing wri
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import hashlib
+import os
 import re
 import sys
 import time
@@ -277,11 +281,42 @@ def _plans(m, names) -> list[Plan]:
     return [build_plan(m, manifest.resolve_profile(m, n)) for n in names]
 
 
+@contextlib.contextmanager
+def exclusive(manifests_root: Path):
+    """One `lock` run at a time per manifests directory: an exclusive flock on a file in
+    the cache (keyed by the manifests path, so nothing appears in the repository). A second
+    run says whom it waits for, then proceeds and sees the first run's lock.yaml."""
+    root = Path(manifests_root).resolve()
+    key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    d = sources.cache_root() / "locks"
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / f"lock-{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            print(f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)          # releases the flock
+
+
 def cmd_lock(args) -> int:
     if getattr(args, "sets", None):
         raise InputError("--set", ",".join(args.sets), "lock records manifests/ as they are",
                          "put the override in a profile (stack.overrides) and lock that")
     m = manifest.load(getattr(args, "manifests", None))
+    with exclusive(m.root):
+        m = manifest.load(m.root)       # as the previous lock run (if any) left them
+        return _lock(args, m)
+
+
+def _lock(args, m: manifest.Manifests) -> int:
     only = getattr(args, "profile", None)
     names = [only] if only else m.names()
     for n in names:

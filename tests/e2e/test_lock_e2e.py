@@ -146,3 +146,31 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
     entries = [p for p in (cache / "git").glob("*/*")]
     assert len(entries) == 1 and (entries[0] / ".git").is_dir()
     assert not [p for p in (cache / "git").glob("*/.*")]
+
+
+def _popen_lock(m, profile, env):
+    return subprocess.Popen([sys.executable, str(ROOT / "build.py"), "lock", "--manifests", str(m),
+                             "--profile", profile], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **env}, cwd=ROOT)
+
+
+def test_concurrent_lock_runs_are_serialised(private_git_world, fast_net, tmp_path, http_server, monkeypatch):
+    """Two `lock --profile` runs at once on one manifests directory: without serialisation
+    each reads the old lock.yaml and the later write drops the other's profile."""
+    repos = private_git_world.repos
+    url = serve_index(http_server, monkeypatch)
+    other = "mtp-detach"
+    seq = standin_manifests(tmp_path / "seq", repos, url)
+    for prof in (PROFILE, other):
+        r = build("lock", "--manifests", str(seq), "--profile", prof)
+        assert r.returncode == 0, r.stdout + r.stderr
+    m = standin_manifests(tmp_path / "m", repos, url)
+    procs = [_popen_lock(m, prof, {}) for prof in (PROFILE, other)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    assert any("waiting for another lock run (pid " in err for _, err in outs), outs
+    doc = yaml.safe_load((m / "lock.yaml").read_bytes())
+    assert set(doc["profiles"]) == {PROFILE, other}
+    assert (m / "lock.yaml").read_bytes() == (seq / "lock.yaml").read_bytes()
+    assert not list(m.glob(".lock*")), "a temporary lock file was left next to lock.yaml"
