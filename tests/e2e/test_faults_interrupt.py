@@ -1,8 +1,9 @@
 """SIGINT during build or test, and two concurrent runs of the same profile.
 
 SIGINT (as a terminal's Ctrl-C, to the whole process group) leaves no running container,
-none of the tool's temp directories, no tag, and manifests/ (lock.yaml included) byte for
-byte as it was. Two concurrent runs both succeed, agree on the image, and leave the source
+none of the tool's temp directories, no tag, and manifests/ (a real lock.yaml, written by
+`lock` against the loopback git daemon, included) byte for byte as it was. SIGINT during
+`lock` (while git fetches) leaves lock.yaml byte-identical and no half-fetched cache entry. Two concurrent runs both succeed, agree on the image, and leave the source
 cache consistent (each archive matches its recorded sha256).
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +34,14 @@ def world(docker_host, git_world, tmp_path_factory):
     env = {**os.environ, **git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
            "MTP_DOCKER_CLI": docker_host.cli, "TMPDIR": str(tmp), "TESTCONTAINERS_RYUK_DISABLED": "true"}
     env.pop("MTP_DEBUG", None)
+    # a real lock.yaml (builds then run --frozen against it); no index is reachable here
+    env["MTP_INDEX_REWRITE"] = "https://pypi.org/simple=http://127.0.0.1:9/simple"
+    env.update(MTP_NET_RETRIES="1", MTP_HTTP_TIMEOUT="5")
+    locked = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(manifests), "lock",
+                             "--profile", PROFILE], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    assert (manifests / "lock.yaml").is_file()
     return {"host": docker_host, "manifests": manifests, "env": env, "tmp": tmp}
 
 
@@ -132,3 +142,35 @@ def test_two_concurrent_runs_of_one_profile_both_succeed(world):
         assert tar.with_suffix(".sha256").read_text().strip() == hashlib.sha256(tar.read_bytes()).hexdigest()
     assert not list(cache.glob("*.tmp")), "a half-written cache file was left"
     assert _snapshot(world["manifests"]) == before_manifests
+
+
+def test_sigint_during_lock_leaves_lock_yaml_and_no_half_fetched_cache(world, tmp_path):
+    """`git fetch` is slowed by a `git` wrapper first on PATH (it sleeps, then runs the real
+    git), so SIGINT lands while lock fetches a source into the cache."""
+    real_git = shutil.which("git")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    marker = tmp_path / "fetching"
+    (shim / "git").write_text(f'#!/bin/sh\ncase " $* " in *" fetch "*) touch "{marker}"; sleep 60;; esac\n'
+                              f'exec "{real_git}" "$@"\n')
+    (shim / "git").chmod(0o755)
+    cache = tmp_path / "cache"
+    env = {**world["env"], "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "MTP_CACHE_DIR": str(cache)}
+    before = _snapshot(world["manifests"])
+    proc = subprocess.Popen([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
+                             "lock", "--profile", PROFILE], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for _ in range(600):
+        if marker.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate(timeout=60)[0][-3000:]
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "interrupted" in out, out[-3000:]
+    assert _snapshot(world["manifests"]) == before
+    assert not list(world["manifests"].glob(".lock-*")), "a temporary lock.yaml was left"
+    half = [p for p in cache.rglob(".*") if p.is_dir()] + [p for p in (cache / "git").glob("*/*")
+                                                           if not (p / ".git").is_dir()]
+    assert half == [], f"half-fetched cache entries left: {half}"
