@@ -82,6 +82,13 @@ def _index_url(plan: Plan, name: str) -> str:
     return dict(plan.indexes)[name]
 
 
+def patch_name(index: int, patch) -> str:
+    """A patch's file name in the build context: its position first, so two patches of one
+    component with the same basename (from different folders) never overwrite each other,
+    and the names sort in the order the patches are applied."""
+    return f"{index:03d}-{Path(patch.file).name}"
+
+
 def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
     steps: list[dict] = []
     pkgs = [plan.package(i) for i in items if plan.package(i) is not None]
@@ -97,8 +104,8 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
         c = plan.component(item)
         if c is None:
             continue
-        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{Path(p.file).name}", "strip": p.strip}
-                   for p in c.patches]
+        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
+                   for i, p in enumerate(c.patches)]
         extras = f"[{','.join(c.extras)}]" if c.extras else ""
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
@@ -158,13 +165,13 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     files.update(_constraints(plan))
     root = Path(manifests_root).resolve()
     for c in plan.components:
-        for p in c.patches:
+        for i, p in enumerate(c.patches):
             data = (root / p.file).read_bytes()
             if hashlib.sha256(data).hexdigest() != p.sha256:
                 from .errors import InputError
                 raise InputError(p.file, f"components.{c.name}.patches", "patch changed after the plan was made",
                                  "re-run; if it persists, re-vendor the patch")
-            files[f"patches/{c.name}/{Path(p.file).name}"] = data
+            files[f"patches/{c.name}/{patch_name(i, p)}"] = data
     files["mtp/version.json"] = vector_bytes(plan)
     files.update(_tree(images / "checks", "mtp/checks"))
     for target, lines in plan.verl_overrides:
