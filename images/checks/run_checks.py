@@ -158,7 +158,8 @@ def check_versions(vector: dict) -> list[dict]:
                                 f"{have}, the manifest says {comp['version']}")
         elif _norm(have) != _norm(comp["version"]):
             problems.append(f"{comp['name']}: {comp['package']} {have} installed, pinned {comp['version']}")
-        want = sorted((Path(p["file"]).name, p["sha256"]) for p in comp["patches"])
+        # the build context names patch i "<iii>-<basename>" (mtpimage.render.patch_name)
+        want = sorted((f"{i:03d}-{Path(p['file']).name}", p["sha256"]) for i, p in enumerate(comp["patches"]))
         got = sorted((p["file"], p["sha256"]) for p in rec.get("patches", []))
         if want != got:
             problems.append(f"{comp['name']}: applied patches {got} != version vector {want}")
