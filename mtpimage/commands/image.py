@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 import requests
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from .. import engine, imagetest, publish, sizes
+from .. import engine, imagetest, publish, sizes, sources
 from ..errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from ..plan import IMAGE_REPOSITORY, Plan
 from ..render import Rendered, render
@@ -103,12 +104,38 @@ def _untag(ref: str) -> None:
     engine.docker("image", "rm", "--no-prune", ref, check=False)
 
 
+# docker push retries blob uploads itself but not the manifest PUT that ends a push; the
+# tool re-runs the whole push (blobs already there are skipped) on anything but these.
+PUSH_PERMANENT = ("denied", "unauthorized", "authentication required", "forbidden",
+                  "name unknown", "name invalid", "manifest invalid", "tag invalid",
+                  "no such image", "does not exist", "an image does not exist locally")
+
+
+class PushFailed(EnvironmentProblem):
+    def __init__(self, ref: str, stderr: str):
+        self.stderr = stderr.strip()[-300:]
+        self.transient = not any(p in stderr.lower() for p in PUSH_PERMANENT)
+        super().__init__(f"docker push {ref} failed: {self.stderr}")
+
+
 def _push(ref: str) -> None:
     _say(f"push    {ref}")
-    proc = engine.docker("push", ref, check=False, timeout=3600)
-    if proc.returncode != 0:
-        raise EnvironmentProblem(f"docker push {ref} failed: "
-                                 f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
+    attempts = sources._attempts()
+
+    def once() -> None:
+        proc = engine.docker("push", ref, check=False, timeout=3600)
+        if proc.returncode != 0:
+            raise PushFailed(ref, proc.stderr.decode(errors="replace"))
+
+    def before_sleep(state) -> None:
+        err = state.outcome.exception()
+        _say(f"retry   {ref}: attempt {state.attempt_number}/{attempts} failed "
+             f"({' '.join(err.stderr.split())[-160:]}); pushing again in {state.next_action.sleep:.1f} s")
+
+    Retrying(stop=stop_after_attempt(attempts),
+             wait=wait_exponential(multiplier=0.5, max=sources._wait_max()),
+             retry=retry_if_exception(lambda e: isinstance(e, PushFailed) and e.transient),
+             before_sleep=before_sleep, reraise=True)(once)
 
 
 def print_pulls(reg: publish.Registry, digest: str, as_json: bool = False) -> None:

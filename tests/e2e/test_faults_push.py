@@ -131,6 +131,27 @@ def test_human_tag_push_failing_keeps_the_old_human_tag(world, proxy, tmp_path, 
     assert _digest(world, ns, PROFILE) == _digest(world, ns, identity) != old
 
 
+def test_transient_manifest_put_faults_are_retried_by_the_tool(world, proxy, tmp_path):
+    """docker push does not retry a failed manifest PUT; the tool re-runs the push (bounded,
+    with backoff): one 500 on the content tag's manifest and one dropped connection on the
+    human tag's manifest, then the run succeeds and both tags agree."""
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    identity = _identity(world, tmp_path)
+    proxy.add("PUT", rf"/manifests/{identity}$", "500", times=1)
+    proxy.add("PUT", rf"/manifests/{PROFILE}$", "drop", times=1)
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    assert len(proxy.injected) == 2, (proxy.injected, proxy.requests)
+    assert proc.returncode == 0, (proxy.injected, proc.stdout[-3000:], proc.stderr[-3000:])
+    content = _digest(world, ns, identity)
+    assert content and _digest(world, ns, PROFILE) == content != old
+    puts = [r for r in proxy.requests if r[0] == "PUT" and "/manifests/" in r[1]]
+    # the human tag's manifest PUT came only after a successful content-tag PUT
+    first_ok = next(i for i, r in enumerate(puts) if r[1].endswith(identity) and r[2] in (200, 201))
+    assert all(i > first_ok for i, r in enumerate(puts) if r[1].endswith(f"/manifests/{PROFILE}")), puts
+    assert "retry" in proc.stdout + proc.stderr
+
+
 def test_registry_lookup_failing_fails_before_any_push(world, proxy, tmp_path):
     ns = f"faults-{uuid.uuid4().hex[:8]}"
     old = _old_human_tag(world, ns)
