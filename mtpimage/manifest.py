@@ -190,7 +190,7 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
                 raise InputError("--set", target, "patches can only be cleared from the command line",
                                  "use --set NAME.patches= or edit manifests/")
             parsed: Any = []
-        elif fld in ("extras",):
+        elif fld in ("extras", "build_requires"):
             parsed = [v for v in value.split(",") if v]
         elif fld in ("strip",):
             parsed = int(value) if value.isdigit() else value

@@ -50,6 +50,7 @@ class Component:
     subdir: str
     extras: tuple[str, ...]
     patches: tuple[Patch, ...]
+    build_requires: tuple[str, ...] = ()
 
     @property
     def pin(self) -> str:
@@ -214,6 +215,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             subdir=c.get("subdir", "."), extras=tuple(c.get("extras", [])),
             patches=tuple(Patch(p["file"], p["sha256"], p["url"], p.get("strip", 1),
                                 tuple(p.get("provides", []))) for p in c.get("patches", [])),
+            build_requires=tuple(c.get("build_requires", [])),
         )
         for name, c in rp.components.items()
     )

@@ -111,6 +111,7 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
             steps.append({"kind": "git", "name": c.name, "package": c.package,
                           "index_url": _index_url(plan, c.index),
+                          "build_requires": list(c.build_requires),
                           "target": f"/tmp/mtp-src/{c.name}{sub}{extras}", "patches": patches})
         else:
             steps.append({"kind": "pypi", "name": c.name, "package": c.package,

@@ -47,3 +47,27 @@ def test_inheritance_states_only_differences():
     assert p.mode == "mtp-only"                     # from mtp-detach
     assert p.engine_dict()["context_parallel_size"] == 2   # its own
     assert p.rollout_engine == "sglang"             # from base
+
+
+def test_build_requires_are_installed_right_before_their_source(tmp_path):
+    """Megatron-LM 0.19 builds with setuptools>=80, Megatron-Bridge 0.6 with setuptools<80:
+    each gets its own pinned build backend just before its --no-build-isolation install."""
+    from mtpimage.render import render
+
+    p = plan("mtp-cp-recompute")
+    dockerfile = render(p, manifest.DEFAULT_MANIFESTS).files["Dockerfile"].decode()
+    lines = dockerfile.splitlines()
+
+    def first(text, start=0):
+        return next(i for i, l in enumerate(lines) if i >= start and text in l)
+    mega_pins = first("setuptools==80.10.2")
+    mega_src = first("/tmp/mtp-src/megatron-lm", mega_pins)
+    bridge_pins = first("setuptools==79.0.1")
+    bridge_src = first("--no-build-isolation", bridge_pins)
+    assert mega_pins < mega_src < bridge_pins < bridge_src
+    assert "/tmp/mtp-src/megatron-bridge" in lines[bridge_src + 1]
+
+
+def test_build_requires_must_be_exact():
+    proc = run_cli("check", "--profile", "mtp-detach", "--set", "verl.build_requires=setuptools")
+    assert proc.returncode == 2
