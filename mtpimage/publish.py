@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import requests
 
 from .errors import EnvironmentProblem, InputError
 
@@ -51,6 +50,7 @@ class Registry:
 
     # -- HTTP API ------------------------------------------------------------------------
     def _get_token(self, challenge: str, repository: str) -> str | None:
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = fields.get("realm")
         if not realm:
@@ -65,6 +65,7 @@ class Registry:
 
     def manifest_digest(self, repository: str, tag: str) -> str | None:
         """Digest of repository:tag in the registry, or None when the tag does not exist."""
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
         url = f"{self.base_url}/v2/{self.repo_path(repository)}/manifests/{tag}"
         headers = {"Accept": MANIFEST_TYPES}
         try:
@@ -83,6 +84,7 @@ class Registry:
         return resp.headers.get("Docker-Content-Digest")
 
     def tags(self, repository: str) -> list[str]:
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
         url = f"{self.base_url}/v2/{self.repo_path(repository)}/tags/list"
         resp = requests.get(url, timeout=20)
         if resp.status_code == 404:

@@ -29,7 +29,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import requests
 from packaging.requirements import Requirement
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -86,6 +85,7 @@ class _Transient(Exception):
 
 def probe_index(url: str, project: str) -> str | None:
     """None when `<url>/<project>/` answers; else the reason it could not be reached."""
+    import requests  # lazy: only `lock` talks to indexes; keeps no-op builds fast
     target = f"{rewrite(url).rstrip('/')}/{canonical(project)}/"
 
     def call():

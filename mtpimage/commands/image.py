@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import requests
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from .. import engine, imagetest, publish, sizes, sources
@@ -53,6 +52,7 @@ def _registry_of(image: str) -> str:
 
 def base_preflight(plan: Plan) -> None:
     """The base must be present locally or its registry reachable; say which, clearly."""
+    import requests  # lazy: ~60 ms, only needed when a registry is involved
     base = plan.base_image
     if _local_id(base) is not None:
         return
@@ -147,6 +147,7 @@ def print_pulls(reg: publish.Registry, digest: str, as_json: bool = False) -> No
 
 # ----------------------------------------------------------------------------- publish
 def publish_image(args, plan: Plan, rendered: Rendered, reg: publish.Registry) -> str:
+    import requests  # lazy: ~60 ms, only needed when a registry is involved
     content = reg.ref(IMAGE_REPOSITORY, rendered.identity)
     human = reg.ref(IMAGE_REPOSITORY, plan.profile)
     local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
