@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import EnvironmentProblem
-from .plan import Component, Plan
+from .plan import Component
 from .render import Rendered, deterministic_tar
 
 

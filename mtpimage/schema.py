@@ -84,7 +84,7 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str | None]:
     if v == "not":
         return f"value {inst!r} is not allowed here (no '..', absolute paths or unsafe characters)", None
     if v in ("minItems", "minProperties", "minLength"):
-        return f"must not be empty", None
+        return "must not be empty", None
     if v == "uniqueItems":
         return f"has duplicate entries: {inst!r}", "list each entry once"
     if v in ("minimum", "maximum", "exclusiveMinimum"):

@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import sys
 import time
 from pathlib import Path

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.image_fixtures import copy_manifests, make_test_base, run_build
+from tests.fixtures.image_fixtures import image_world, world_cli
 
 pytestmark = pytest.mark.timeout(900)
 PROFILE = "test-detach"
@@ -19,15 +19,10 @@ PROFILE = "test-detach"
 
 @pytest.fixture(scope="module")
 def world(docker_host, git_world, tmp_path_factory):
-    base = make_test_base(docker_host)
-    manifests = copy_manifests(tmp_path_factory.mktemp("cluster-manifests") / "manifests", base)
-    env = {**git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
-           "MTP_DOCKER_CLI": docker_host.cli}
-    return {"host": docker_host, "manifests": str(manifests), "env": env}
+    return image_world(docker_host, git_world, tmp_path_factory, "cluster")
 
 
-def _cli(world, *args):
-    return run_build("--manifests", world["manifests"], *args, env=world["env"])
+_cli = world_cli
 
 
 def test_export_enroot_squashfs_contains_the_version_vector(world, tmp_path):

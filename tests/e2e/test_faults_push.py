@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.fixtures.faultproxy import FaultProxy
-from tests.fixtures.image_fixtures import copy_manifests, make_test_base, run_build
+from tests.fixtures.image_fixtures import image_world, run_build
 
 pytestmark = pytest.mark.timeout(600)
 PROFILE = "test-detach"
@@ -27,11 +27,7 @@ FAULTS: list = []
 
 @pytest.fixture(scope="module")
 def world(docker_host, git_world, tmp_path_factory):
-    base = make_test_base(docker_host)
-    manifests = copy_manifests(tmp_path_factory.mktemp("fault-manifests") / "manifests", base)
-    env = {**git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
-           "MTP_DOCKER_CLI": docker_host.cli}
-    w = {"host": docker_host, "manifests": str(manifests), "env": env, "base": base}
+    w = image_world(docker_host, git_world, tmp_path_factory, "fault")
     built = _cli(w, "--profile", PROFILE)  # builds once, or finds it up to date
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return w
