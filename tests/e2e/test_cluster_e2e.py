@@ -54,3 +54,16 @@ def test_slurm_script_is_pinned_to_the_pushed_digest(world):
     assert script.returncode == 0, script.stderr
     assert f"IMAGE='{world['host'].registry}#{ns}/mtp-verl@{digest}'" in script.stdout
     assert re.search(r"actor_rollout_ref\.model\.mtp\.detach_encoder=True", script.stdout)
+
+
+def test_diff_reads_the_version_vector_of_a_built_image(world):
+    built = _cli(world, "--profile", PROFILE)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    same = _cli(world, "diff", PROFILE, f"mtp-verl:{PROFILE}", "--json")
+    assert same.returncode == 0, same.stderr
+    report = json.loads(same.stdout)
+    assert report["b"]["kind"] == "image"
+    assert report["differences"] == [], report["differences"]
+    other = _cli(world, "diff", "test-cp-recompute", f"mtp-verl:{PROFILE}", "--json")
+    fields = {d["field"] for d in json.loads(other.stdout)["differences"]}
+    assert "context_parallel_size" in fields or any("recompute" in f for f in fields), fields
