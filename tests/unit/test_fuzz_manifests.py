@@ -137,7 +137,9 @@ def test_arbitrary_set_flags(sets):
                               "package", "layer", "extras", "patches", "strip"]),
        value=st.text(max_size=50),
        comp=st.sampled_from(["megatron-lm", "sglang", "verl", "torch", "mbridge"]))
-def test_set_values_on_real_fields(field, value, comp):
-    code, _, err = _run(["--profile", "mtp-cp-recompute", "--dry-run", "--json",
-                         "--set", f"{comp}.{field}={value}"])
+@pytest.mark.parametrize("command", [["--profile", "mtp-cp-recompute", "--dry-run", "--json"],
+                                     ["explain", "--profile", "mtp-cp-recompute", "--target", "rl"],
+                                     ["explain", "--profile", "mtp-detach", "--target", "sft", "--json"]])
+def test_set_values_on_real_fields(command, field, value, comp):
+    code, _, err = _run([*command, "--set", f"{comp}.{field}={value}"])
     _assert_clean(code, err)
