@@ -83,7 +83,15 @@ def _load(args) -> manifest.Manifests:
 
 
 def plan_for(m: manifest.Manifests, name: str, sets) -> Plan:
-    return build_plan(m, manifest.resolve_profile(m, name, sets))
+    """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
+    matches it: they are part of what the image is, so of its identity too."""
+    import dataclasses
+
+    from .lockfile import locked_requirements
+
+    plan = build_plan(m, manifest.resolve_profile(m, name, sets))
+    locked = locked_requirements(m, plan)
+    return dataclasses.replace(plan, locked=locked) if locked else plan
 
 
 def cmd_list(args) -> int:

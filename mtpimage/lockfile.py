@@ -234,3 +234,24 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
     if str(target.get("python")) != plan.python:
         raise InputError(where, "target.python",
                          f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}", _fix())
+
+
+def locked_requirements(manifests, plan: Plan) -> tuple[str, ...]:
+    """The exact versions lock.yaml resolved for this profile's Python dependency set, as
+    `name==version`, minus what the plan pins itself. They become pip constraints of the
+    source layers, so transitive dependencies do not float at build time. Empty when there
+    is no lock or it does not match the plan (then `--frozen` refuses the build anyway)."""
+    from .pydeps import canonical
+
+    lock = read(lock_path(Path(manifests.root)))
+    if lock is None:
+        return ()
+    try:
+        check_frozen(manifests, plan, lock)
+    except InputError:
+        return ()
+    key = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
+    packages = (((lock.get("python_sets") or {}).get(key) or {}).get("packages")) or {}
+    own = {canonical(c.package) for c in plan.components} | {canonical(p.name) for p in plan.packages}
+    return tuple(sorted(f"{canonical(name)}=={entry['version']}" for name, entry in packages.items()
+                        if canonical(name) not in own and entry.get("version")))

@@ -103,6 +103,8 @@ class Plan:
     verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]   # target -> override lines
     size_budget_gb: float | None = None
     overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    # `name==version` of every transitive Python dependency lock.yaml resolved (see lockfile)
+    locked: tuple[str, ...] = ()
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:

@@ -138,7 +138,14 @@ def _constraints(plan: Plan) -> dict[str, bytes]:
             if c is not None and c.source == "pypi":
                 pins.append(f"{c.package}=={c.version}")
         text = "# pins of this layer and the layers below it (rendered; do not edit)\n"
-        out[f"build/constraints/{layer.name}.txt"] = (text + "".join(f"{x}\n" for x in sorted(pins))).encode()
+        lines = sorted(pins)
+        if plan.locked and any(plan.component(i) is not None for i in layer.items):
+            # Source layers resolve dependencies at build time: hold them to lock.yaml's
+            # versions. Package-only layers (torch, extensions) keep their cache when a
+            # transitive pin above them moves.
+            text += "# plus every transitive dependency version from manifests/lock.yaml\n"
+            lines += [x for x in plan.locked if x not in pins]
+        out[f"build/constraints/{layer.name}.txt"] = (text + "".join(f"{x}\n" for x in lines)).encode()
     return out
 
 

@@ -10,8 +10,8 @@ from .helpers import run_cli
 
 
 def plan(profile, sets=None):
-    m = manifest.load()
-    return build_plan(m, manifest.resolve_profile(m, profile, sets))
+    from mtpimage.cli import plan_for
+    return plan_for(manifest.load(), profile, sets)
 
 
 def test_same_inputs_same_bytes_across_processes():
@@ -71,3 +71,22 @@ def test_build_requires_are_installed_right_before_their_source(tmp_path):
 def test_build_requires_must_be_exact():
     proc = run_cli("check", "--profile", "mtp-detach", "--set", "verl.build_requires=setuptools")
     assert proc.returncode == 2
+
+
+def test_lock_pins_transitive_dependencies_of_source_layers():
+    from mtpimage.render import render
+
+    p = plan("mtp-cp-recompute")
+    assert len(p.locked) > 50                      # lock.yaml's resolved set, minus own pins
+    names = {x.split("==")[0] for x in p.locked}
+    assert not names & {"verl", "megatron-core", "sglang", "torch"}
+    files = render(p, manifest.DEFAULT_MANIFESTS).files
+    verl_layer = files["build/constraints/verl.txt"].decode().splitlines()
+    torch_layer = files["build/constraints/torch.txt"].decode().splitlines()
+    assert set(p.locked) <= set(verl_layer)
+    assert not set(p.locked) & set(torch_layer)    # package-only layers keep their cache
+    assert p.digest != build_plan(manifest.load(), manifest.resolve_profile(manifest.load(), "mtp-cp-recompute")).digest
+
+
+def test_lock_pins_are_dropped_when_the_plan_drifts_from_the_lock():
+    assert plan("mtp-cp-recompute", ["verl.commit=" + "a" * 40]).locked == ()
