@@ -69,7 +69,8 @@ def make_parser() -> argparse.ArgumentParser:
     # and its main-job options here, so cli.py stays a thin dispatcher.
     for module in command_modules():
         module.register(subs, lambda sp: _common(sp, sub=True))
-        module.add_main_options(parser)
+        if hasattr(module, "add_main_options"):
+            module.add_main_options(parser)
     return parser
 
 
@@ -208,7 +209,7 @@ def cmd_main(args) -> int:
     if args.dry_run:
         return 0
     for module in command_modules():
-        code = module.run_main(args, m, plan, results)
+        code = module.run_main(args, m, plan, results) if hasattr(module, "run_main") else None
         if code is not None:
             return code
     raise BuilderError("no build stage is installed; use --dry-run to see the plan")

@@ -2,9 +2,9 @@
 
 Each module exposes:
   register(subparsers, add_common)   add its subcommands; set `func=handler(args) -> int`
-  add_main_options(parser)           add options of the main job (`build.py --profile ...`)
+  add_main_options(parser)           optional: options of the main job (`build.py --profile ...`)
   run_main(args, manifests, plan, results) -> int | None
-                                     run its part of the main job; None = not handled
+                                     optional: its part of the main job; None = not handled
 """
 from . import ci, cluster, image, lock
 

@@ -57,12 +57,6 @@ def register(subparsers, add_common) -> None:
     p.set_defaults(func=cmd_summary)
 
 
-def add_main_options(parser) -> None:
-    return None
-
-
-def run_main(args, manifests, plan, results):
-    return None
 
 
 # -- ci --------------------------------------------------------------------------------------

@@ -29,11 +29,3 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--image", help="image to export (default: the profile's tested local image)")
     p.add_argument("--out", type=Path, help="squashfs path (default: out/<image>.sqsh)")
     p.set_defaults(func=cmd_export)
-
-
-def add_main_options(parser) -> None:
-    return None
-
-
-def run_main(args, manifests, plan, results):
-    return None
