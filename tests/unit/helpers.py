@@ -22,7 +22,10 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
 
 
 def copy_manifests(tmp: Path) -> Path:
+    """A fresh copy of manifests/ (without lock.yaml) at tmp/manifests, replacing any earlier one."""
     dest = tmp / "manifests"
+    if dest.exists():
+        shutil.rmtree(dest)
     shutil.copytree(MANIFESTS, dest, ignore=shutil.ignore_patterns("lock.yaml"))
     return dest
 

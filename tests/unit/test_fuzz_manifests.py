@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 
 from mtpimage import cli
 
-from .helpers import MANIFESTS, snapshot
+from .helpers import copy_manifests, snapshot
 
 EXAMPLES = int(os.environ.get("MTP_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
@@ -61,11 +60,7 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def _fresh(workdir: Path) -> Path:
-    dest = workdir / "manifests"
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(MANIFESTS, dest, ignore=shutil.ignore_patterns("lock.yaml"))
-    return dest
+    return copy_manifests(workdir)
 
 
 def _paths(node, prefix=()):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -26,7 +25,7 @@ from mtpimage.cli import plan_for
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.render import render
 
-from .helpers import MANIFESTS, REPO, assert_one_line_error, run_cli
+from .helpers import MANIFESTS, assert_one_line_error, copy_manifests, run_cli
 
 PROFILE = "mtp-cp-recompute"
 EXAMPLES = int(os.environ.get("MTP_FUZZ_EXAMPLES", "120"))
@@ -154,11 +153,7 @@ def scratch(tmp_path_factory) -> Path:
 
 
 def _fresh(scratch: Path) -> Path:
-    dest = scratch / "manifests"
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(MANIFESTS, dest, ignore=shutil.ignore_patterns("lock.yaml"))
-    return dest
+    return copy_manifests(scratch)
 
 
 def _edit(path: Path, keys: tuple, value) -> None:
@@ -266,7 +261,7 @@ def test_patch_paths_never_read_outside_manifests(scratch, baseline, where):
 
 
 def test_patch_path_via_cli_is_one_line_exit_2(tmp_path):
-    root = shutil.copytree(MANIFESTS, tmp_path / "manifests", ignore=shutil.ignore_patterns("lock.yaml"))
+    root = copy_manifests(tmp_path)
     (tmp_path / "outside.patch").write_text("x\n")
     _edit(root / "components.yaml", ("components", "sglang", "patches"),
           [{"file": "patches/../../outside.patch", "sha256": "0" * 64, "url": "https://example.org/p"}])

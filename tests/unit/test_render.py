@@ -226,7 +226,6 @@ def test_registry_parse_and_pull_strings():
 def test_patches_with_one_basename_in_two_folders_both_reach_the_context(tmp_path):
     """Two patches of one component named alike (different folders) must not overwrite each
     other in the build context, and the Dockerfile applies each of them, in order."""
-    import hashlib
     import shutil
 
     import yaml
