@@ -106,7 +106,8 @@ def git(*args: str, cwd: Path | None = None, timeout: float | None = None,
 def _retrying(fn):
     """Call fn() with retries on transient git errors (not offline, not missing)."""
     def transient(exc: BaseException) -> bool:
-        return isinstance(exc, GitError) and not exc.offline and not exc.missing
+        return (isinstance(exc, GitError) and not exc.offline and not exc.missing
+                and "unable to read" not in exc.stderr.lower())
 
     retry = Retrying(stop=stop_after_attempt(_attempts()),
                      wait=wait_exponential(multiplier=0.5, max=_wait_max()),
@@ -160,6 +161,58 @@ def cached_tree(repo: str, commit: str) -> Tree | None:
     return Tree(repo, commit, path, True) if (path / ".git").is_dir() else None
 
 
+MISSING_FILE = ".mtp-missing-from-mirror"
+
+
+def missing_paths(tree: Path) -> list[str]:
+    """Paths of the pinned commit that the mirror could not provide (see _partial_checkout)."""
+    f = Path(tree) / ".git" / MISSING_FILE
+    return f.read_text().split("\n")[:-1] if f.is_file() else []
+
+
+def _allow_missing() -> bool:
+    return os.environ.get("MTP_GIT_ALLOW_MISSING_BLOBS", "") == "1"
+
+
+def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
+    """Some mirrors (snapshots without large files) hold a commit whose trees are complete but
+    some blobs are absent: git's plain fetch then dies with "unable to read <sha>". Opted in
+    with MTP_GIT_ALLOW_MISSING_BLOBS=1 (never by default), fetch the commit and trees only
+    (--filter=blob:none; the mirror needs uploadpack.allowFilter), then check out every path
+    except those whose blob the mirror cannot give, named one failed checkout at a time.
+    The commit is still verified by hash; the missing paths are returned and recorded."""
+    def run(*args: str, what: str, ok_fail: bool = False):
+        proc = git(*args, cwd=tmp)
+        if proc.returncode != 0 and not ok_fail:
+            raise GitError(repo, what, proc.stderr, commit)
+        return proc
+    run("remote", "add", "origin", repo, what="git remote add")
+    run("config", "extensions.partialClone", "origin", what="git config")
+    run("fetch", "-q", "--depth", "1", "--no-tags", "--filter=blob:none", "origin", commit,
+        what="git fetch --filter=blob:none")
+    listing = run("ls-tree", "-r", "-z", "--full-tree", "FETCH_HEAD", what="git ls-tree").stdout
+    by_blob: dict[str, list[str]] = {}
+    for entry in listing.split("\0"):
+        if entry and " blob " in entry.split("\t", 1)[0]:
+            meta, path = entry.split("\t", 1)
+            by_blob.setdefault(meta.split()[2], []).append(path)
+    missing: list[str] = []
+    for _ in range(50):
+        if missing:
+            run("sparse-checkout", "set", "--no-cone", "/*", *[f"!/{p}" for p in missing],
+                what="git sparse-checkout")
+        proc = run("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
+                   what="git checkout", ok_fail=True)
+        if proc.returncode == 0:
+            return sorted(missing)
+        shas = [s for s in re.findall(r"(?:unable to read|not our ref) ([0-9a-f]{40})", proc.stderr) if s in by_blob]
+        if not shas:
+            raise GitError(repo, "git checkout (partial)", proc.stderr, commit)
+        for sha in shas:
+            missing.extend(p for p in by_blob[sha] if p not in missing)
+    raise GitError(repo, "git checkout (partial)", "too many blobs missing from the mirror", commit)
+
+
 def fetch(repo: str, commit: str) -> Tree:
     """A checked-out tree of exactly `commit` of `repo`, from the cache or a shallow fetch.
 
@@ -182,13 +235,21 @@ def fetch(repo: str, commit: str) -> Tree:
 
         step("init", "-q", what="git init")
         step("config", "core.autocrlf", "false", what="git config")
-        _retrying(lambda: step("fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit,
-                               what="git fetch --depth 1"))
-        step("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
-             what="git checkout")
+        missing: list[str] = []
+        try:
+            _retrying(lambda: step("fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit,
+                                   what="git fetch --depth 1"))
+            step("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
+                 what="git checkout")
+        except GitError as exc:
+            if not (_allow_missing() and "unable to read" in exc.stderr.lower()):
+                raise
+            missing = _partial_checkout(tmp, repo, commit)
         head = git("rev-parse", "HEAD", cwd=tmp).stdout.strip()
         if head != commit:
             raise GitError(repo, "git fetch", f"fetched {head}, expected {commit}", commit)
+        if missing:
+            (tmp / ".git" / MISSING_FILE).write_text("".join(f"{p}\n" for p in missing))
         try:
             os.rename(tmp, final)
         except OSError:
