@@ -3,10 +3,13 @@
 
 On a fresh machine the pinned dependencies (requirements.txt) may be missing; then
 this file makes ./.venv once, installs them there and re-runs itself inside it, so
-the README's one command is all a user types.
+the README's one command is all a user types. Later runs with the same Python find
+every pin of requirements.txt installed in .venv/ (a directory listing, no pip) and
+re-run inside it at once; pip runs again only when a pin is missing there.
 """
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +18,53 @@ HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv"
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _missing_pins() -> list[str]:
+    """The `name==version` lines of requirements.txt that .venv/ does not hold, read from
+    its site-packages' *.dist-info directories (no interpreter start, no pip). A line this
+    cannot read counts as missing, so pip decides."""
+    installed: set[tuple[str, str]] = set()
+    for site in VENV.glob("lib/python*/site-packages"):
+        for info in site.glob("*.dist-info"):
+            name, _, version = info.name[:-len(".dist-info")].partition("-")
+            installed.add((_canonical(name), version))
+    missing = []
+    try:
+        lines = (HERE / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ["requirements.txt (unreadable)"]
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)", line)
+        if m is None or (_canonical(m.group(1)), m.group(2)) not in installed:
+            missing.append(line)
+    return missing
+
+
+def _reexec(python: Path) -> None:
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
 def _bootstrap() -> None:
     python = VENV / "bin" / "python"
     if Path(sys.prefix).resolve() == VENV.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
         print("error: missing Python dependencies; run: pip install -r requirements.txt",
               file=sys.stderr)
         sys.exit(3)
-    print(f"build.py: installing pinned dependencies into {VENV.name}/ (first run only)",
-          file=sys.stderr)
+    missing = _missing_pins() if python.exists() else ["(no .venv/ yet)"]
+    if not missing:
+        try:
+            _reexec(python)   # .venv/ already holds every pin: no pip, no message
+        except OSError:
+            missing = [f"(cannot run {python})"]
+    why = "first run" if missing == ["(no .venv/ yet)"] else \
+        f"it lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+    print(f"build.py: installing pinned dependencies into {VENV.name}/ ({why})", file=sys.stderr)
     try:
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
@@ -32,7 +74,7 @@ def _bootstrap() -> None:
         print(f"error: could not install dependencies into {VENV.name}/: {exc} "
               "(fix: pip install -r requirements.txt)", file=sys.stderr)
         sys.exit(3)
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+    _reexec(python)
 
 
 # find_spec, not import: importing docker alone costs ~0.2 s on every run.
