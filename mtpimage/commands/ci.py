@@ -41,13 +41,15 @@ def register(subparsers, add_common) -> None:
                     "ref, version, patches), packages, engine, layers and the verl overrides per "
                     "target. A and B are profile names, image references (the vector is read from "
                     "the image) or version.json files. --set changes B only; --set-a changes A, so "
-                    "`diff P P --set megatron-lm.commit=SHA` shows what a pin change does to P.")
+                    "`diff P P --set megatron-lm.commit=SHA` shows what a pin change does to P. "
+                    "Exit status: 0 whether or not A and B differ (it is a report); with "
+                    "--exit-code, 1 when they differ, as `git diff --exit-code`; 2 on bad input.")
     add_common(p)
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     p.add_argument("--set-a", action="append", dest="sets_a", metavar="COMPONENT.FIELD=VALUE",
                    help="override a pin of A (repeatable); --set applies to B")
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when A and B differ")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when A and B differ (without it diff exits 0 either way)")
     p.set_defaults(func=cmd_diff)
 
     p = subparsers.add_parser(

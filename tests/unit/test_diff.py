@@ -13,7 +13,7 @@ from mtpimage import manifest, vvdiff
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
 
-from .helpers import assert_one_line_error, run_cli
+from .helpers import REPO, assert_one_line_error, run_cli
 
 CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
 CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
@@ -133,6 +133,16 @@ def test_identical_profiles_have_no_differences_and_exit_code_flag():
     assert proc.returncode == 0 and "no differences in the version vectors" in proc.stdout
     assert run_cli("diff", "mtp-full", "mtp-full", "--exit-code").returncode == 0
     assert run_cli("diff", "mtp-full", "mtp-detach", "--exit-code").returncode == 1
+
+
+def test_help_and_readme_say_diff_exits_0_when_the_sides_differ_without_exit_code():
+    differ = run_cli("diff", "mtp-full", "mtp-detach")
+    assert differ.returncode == 0 and differ.stdout.strip()
+    help_text = " ".join(run_cli("diff", "--help").stdout.split())
+    assert "Exit status: 0 whether or not A and B differ" in help_text, help_text
+    assert "--exit-code exit 1 when A and B differ (without it diff exits 0 either way)" in help_text
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "`diff` exits 0 when A and B differ unless `--exit-code` is given" in readme
 
 
 # -- version vectors from images and files ---------------------------------------------------
