@@ -10,6 +10,7 @@ A newer CLI without the buildx plugin refuses DOCKER_BUILDKIT=1: it is skipped, 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,12 +77,63 @@ def detect() -> BuildKitCLI:
           "Debian's docker.io; MTP_DOCKER_CLI=PATH selects one)")
 
 
+# What the docker CLI and the Docker SDK say when no engine answers at the address they use.
+UNREACHABLE = ("cannot connect to the docker daemon", "is the docker daemon running",
+               "error during connect", "error while fetching server api version")
+NO_PERMISSION = "permission denied while trying to connect to the docker daemon"
+
+
+class EngineUnreachable(EnvironmentProblem):
+    """No Docker engine answers where the CLI and the SDK look for one."""
+
+    def __init__(self, detail: str = "", permission: bool = False):
+        host = os.environ.get("DOCKER_HOST")
+        found = re.search(r"daemon(?: socket)? at (\S+?)[.:]?(?:\s|$)", detail or "")
+        if host:
+            where, source = host, "from DOCKER_HOST"
+        elif os.environ.get("DOCKER_CONTEXT"):
+            where = found.group(1) if found else "?"
+            source = f"from docker context {os.environ['DOCKER_CONTEXT']!r} (DOCKER_CONTEXT)"
+        else:
+            where = found.group(1) if found else "unix:///var/run/docker.sock"
+            source = "DOCKER_HOST is not set"
+        if permission:
+            super().__init__(
+                f"the Docker engine at {where} ({source}) refuses this user: permission denied on its "
+                "socket (fix: add the user to the docker group and log in again, run as root, or set "
+                "DOCKER_HOST to an engine this user may use)")
+        else:
+            super().__init__(
+                f"the Docker engine cannot be reached at {where} ({source}) (fix: start dockerd, e.g. "
+                "`sudo systemctl start docker` or `sudo dockerd &`, or set DOCKER_HOST to a running "
+                "engine)")
+
+
+def unreachable(detail: str) -> EngineUnreachable | None:
+    """The error to raise when `detail` (CLI stderr or an SDK exception) says no engine answered."""
+    low = (detail or "").lower()
+    if NO_PERMISSION in low:
+        return EngineUnreachable(detail, permission=True)
+    if any(p in low for p in UNREACHABLE):
+        return EngineUnreachable(detail)
+    return None
+
+
 def docker(*args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
            ) -> subprocess.CompletedProcess:
     """A plain docker CLI call (inspect, tag, push). Any CLI talks to the daemon; BuildKit
-    detection (three CLI calls) is only paid for builds, which keeps no-op runs fast."""
-    cli = (candidates() or ["docker"])[0]
-    proc = subprocess.run([cli, *args], capture_output=True, timeout=timeout, input=input)
+    detection (three CLI calls) is only paid for builds, which keeps no-op runs fast.
+    An engine that does not answer is an EngineUnreachable error even with check=False:
+    "no such image" must never be concluded from a daemon that is not there."""
+    found = candidates()
+    if not found:
+        raise EnvironmentProblem("no docker CLI found (fix: install docker, e.g. Debian's docker.io, "
+                                 "or set MTP_DOCKER_CLI=PATH)")
+    proc = subprocess.run([found[0], *args], capture_output=True, timeout=timeout, input=input)
+    if proc.returncode != 0:
+        down = unreachable(proc.stderr.decode(errors="replace"))
+        if down is not None:
+            raise down
     if check and proc.returncode != 0:
         raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: "
                                  f"{proc.stderr.decode(errors='replace').strip()[-400:]}")

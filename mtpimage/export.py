@@ -35,7 +35,8 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
         raise InputError("--image", image, "image not found locally",
                          "build it first: python build.py --profile NAME") from None
     except DockerException as exc:
-        raise EnvironmentProblem(f"docker does not answer: {exc}") from None
+        from .engine import unreachable
+        raise unreachable(str(exc)) or EnvironmentProblem(f"docker does not answer: {exc}") from None
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     vector_out = out.with_name(out.name + ".version.json")

@@ -51,6 +51,8 @@ class Component:
     extras: tuple[str, ...]
     patches: tuple[Patch, ...]
     build_requires: tuple[str, ...] = ()
+    deps_declared: bool = True              # False: installed without its own Requires-Dist
+    deps_add: tuple[str, ...] = ()          # runtime needs its packaging omits
 
     @property
     def pin(self) -> str:
@@ -67,6 +69,7 @@ class Package:
     index: str
     layer: str
     extras: tuple[str, ...]
+    requires_dist: tuple[str, ...] | None = None   # as data, for an index unreachable at lock time
 
     @property
     def requirement(self) -> str:
@@ -103,8 +106,12 @@ class Plan:
     verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]   # target -> override lines
     size_budget_gb: float | None = None
     overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
-    # `name==version` of every transitive Python dependency lock.yaml resolved (see lockfile)
-    locked: tuple[str, ...] = ()
+    # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
+    locked: tuple[tuple[str, str, str, str, str, str], ...] = ()   # (name, version, layer, index, file, sha256)
+    # conflicts settled as data: (requirement, why, link) and (package, why, link)
+    overrides: tuple[tuple[str, str, str], ...] = ()
+    excludes: tuple[tuple[str, str, str], ...] = ()
+    sdists: tuple[tuple[str, str], ...] = ()      # (package, why): the only builds from an sdist
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:
@@ -218,12 +225,15 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             patches=tuple(Patch(p["file"], p["sha256"], p["url"], p.get("strip", 1),
                                 tuple(p.get("provides", []))) for p in c.get("patches", [])),
             build_requires=tuple(c.get("build_requires", [])),
+            deps_declared=(c.get("dependencies") or {}).get("declared", True),
+            deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
         )
         for name, c in rp.components.items()
     )
     packages = tuple(
         Package(name=name, version=p["version"], index=p.get("index", "pypi"),
-                layer=p["layer"], extras=tuple(p.get("extras", [])))
+                layer=p["layer"], extras=tuple(p.get("extras", [])),
+                requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None)
         for name, p in rp.packages.items()
     )
     layers = [Layer(OS_LAYER, tuple(plat.get("os_packages", [])))]
@@ -249,4 +259,10 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         components=components, packages=packages, layers=tuple(layers),
         verl_overrides=overrides, size_budget_gb=data.get("size_budget_gb"),
         overridden=tuple(sorted((k, tuple(v)) for k, v in rp.overridden.items())),
+        overrides=tuple((o["requirement"], " ".join(o["why"].split()), o["link"])
+                        for o in (cat.get("resolution") or {}).get("overrides", [])),
+        excludes=tuple((e["package"], " ".join(e["why"].split()), e["link"])
+                       for e in (cat.get("resolution") or {}).get("excludes", [])),
+        sdists=tuple((e["package"], " ".join(e["why"].split()))
+                     for e in (cat.get("resolution") or {}).get("sdists", [])),
     )

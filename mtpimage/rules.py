@@ -233,8 +233,12 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     tag = _cuda_tag(torch.version)
     major, minor = plan.cuda.split(".")[:2]
     want = f"{major}{minor}"
+    if tag is None and torch.index == "pypi":
+        # PyPI carries one CUDA build per torch release, without a local version tag
+        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version.split("+")[0])
     if tag is None:
-        return Verdict(FAIL, f"torch {torch.version} has no +cuXYZ build tag (a CPU or default build)")
+        return Verdict(FAIL, f"torch {torch.version} has no +cuXYZ build tag and is not a known "
+                       "CUDA build on PyPI (a CPU or default build)")
     if tag != want:
         return Verdict(FAIL, f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
                        f"the base image has CUDA {plan.cuda}")

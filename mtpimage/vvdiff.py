@@ -238,6 +238,11 @@ def vector_from_image(ref: str, client=None) -> dict:
         try:
             image = client.images.get(ref)
         except ImageNotFound:
+            from .imagetest import _registry_host
+            if _registry_host(ref) is None:   # a bare name: never looked up on docker.io
+                raise InputError(ref, None, "no such image in the local Docker engine (a name without "
+                                 "a registry host is not looked up on docker.io)",
+                                 "build or docker load it, or give the registry: HOST[:PORT]/NAME:TAG") from None
             try:
                 image = client.images.pull(ref)
             except NotFound:
@@ -257,7 +262,8 @@ def vector_from_image(ref: str, client=None) -> dict:
         finally:
             container.remove(force=True)
     except DockerException as exc:
-        raise EnvironmentProblem(f"cannot read image {ref}: {exc}") from None
+        from .engine import unreachable
+        raise unreachable(str(exc)) or EnvironmentProblem(f"cannot read image {ref}: {exc}") from None
     return json.loads(_first_file(data, ref))
 
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import lockfile, manifest, pydeps, rules, sources
+from .. import lockfile, manifest, pydeps, resolver, rules, sources, srcmeta
 from ..errors import EXIT_ENV, EXIT_RULES, BuilderError, InputError
 from ..plan import Plan, build_plan
 from ..probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
@@ -138,6 +138,9 @@ class Locker:
             self.unverified.append(f"{c.name}: {what}: {reason}")
         else:
             entry["verified"] = True
+            if c.source == "git" and sources.missing_paths(tree):
+                # the commit is verified by hash; these files were absent from the mirror
+                entry["missing_from_mirror"] = sources.missing_paths(tree)
             if c.source == "pypi":
                 wheel = next(iter(sorted(tree.parent.glob("*.whl"))), None)
                 if wheel is not None:
@@ -165,83 +168,167 @@ class Locker:
         return entry
 
     # python -----------------------------------------------------------------
+    def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
+        """A git source's resolution stub: its own metadata, read from the fetched source.
+        The catalogue's version must agree with the source's (a disagreement names both)."""
+        tree = self.ss.trees.get(c.name)
+        if tree is None:
+            reason = self.ss.unavailable.get(c.name, "not fetched")
+            raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
+                               f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
+                               "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
+                               "metadata and never guesses it)")
+        sub = tree if c.subdir in ("", ".") else tree / c.subdir
+        try:
+            meta = srcmeta.read(sub)
+        except srcmeta.MetadataUnreadable as exc:
+            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}",
+                             f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",
+                             "set dependencies.declared: false and list its runtime needs in "
+                             "dependencies.add") from None
+        if pydeps.canonical(meta.name) != pydeps.canonical(c.package):
+            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}.package",
+                             f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
+                             f"set package: {meta.name}")
+        if c.version and c.version != meta.version:
+            raise InputError(self.m.catalogue.where("components", c.name, "version"),
+                             f"components.{c.name}.version",
+                             f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
+                             f"{meta.version} ({meta.where})", f"set version: {meta.version}")
+        requires = list(meta.requires) if c.deps_declared else []
+        requires += list(c.deps_add)
+        extras = {k: list(v) for k, v in meta.extras.items()} if c.deps_declared else {}
+        return meta.version, {"version": meta.version, "requires": requires, "extras": extras,
+                              "declared": list(meta.requires)}
+
     def python_set(self, plan: Plan) -> str:
         indexes = dict(plan.indexes)
-        wanted: dict[str, str] = {}         # index name -> a project to probe it with
-        for p in plan.packages:
-            wanted.setdefault(p.index, p.name)
-        for c in plan.components:
-            if c.source == "pypi":
-                wanted.setdefault(c.index, c.package)
+        used = {p.index for p in plan.packages} | {c.index for c in plan.components if c.source == "pypi"}
+        used.add("pypi")
         reach: dict[str, str | None] = {}
-        for name in sorted(wanted):
-            reach[name] = pydeps.probe_index(indexes[name], wanted[name])
+        for name in sorted(used):
+            probe = next((p.name for p in plan.packages if p.index == name), None) or \
+                next((c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip")
+            reach[name] = pydeps.probe_index(indexes[name], probe)
         requirements: list[str] = []
         stubs: dict = {}
         unverified: dict[str, str] = {}
-        local: list[str] = []
-        git_names: dict[str, str] = {}
+        owner: dict[str, str] = {}          # canonical distribution -> component/package name
+        versions: dict[str, str] = {}
         for p in plan.packages:
             requirements.append(p.requirement)
+            owner[pydeps.canonical(p.name)] = p.name
             if reach[p.index]:
-                stubs[p.name] = p.version
-                unverified[p.name] = (f"index {p.index} ({indexes[p.index]}) unreachable; pinned version "
-                                      "taken as given, its own dependencies are not in this set")
+                if p.requires_dist is None:
+                    raise InputError(self.m.catalogue.where("packages", p.name), f"packages.{p.name}",
+                                     f"index {p.index} is unreachable ({reach[p.index]}) and the package "
+                                     "has no requires_dist", "add requires_dist (requires + source) from "
+                                     "where its metadata is recorded, or lock where the index answers")
+                stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist)}
+                unverified[p.name] = (f"index {p.index} ({indexes[p.index]}) unreachable: no file or sha256; "
+                                      "Requires-Dist from components.yaml requires_dist")
         for c in plan.components:
             extras = f"[{','.join(c.extras)}]" if c.extras else ""
+            owner[pydeps.canonical(c.package)] = c.name
             if c.source == "pypi":
                 requirements.append(f"{c.package}{extras}=={c.version}")
                 if reach[c.index]:
-                    stubs[c.package] = c.version
-                    unverified[c.package] = f"index {c.index} unreachable; its dependencies are not in this set"
+                    raise BuilderError(f"lock failed: index {c.index} for {c.name} is unreachable: {reach[c.index]}")
                 continue
-            tree = self.ss.trees.get(c.name)
-            git_names[pydeps.canonical(c.package)] = c.name
-            if tree is None:
-                version = c.version or "0"
-                requirements.append(f"{c.package}{extras}=={version}")
-                stubs[c.package] = version
-                unverified[c.package] = (f"git source {c.name} not fetched "
-                                         f"({self.ss.unavailable.get(c.name, 'unavailable')}); "
-                                         "its dependencies are not in this set")
-                continue
-            static = pydeps.static_requirements(tree)
-            if static is not None:
-                name, version, deps, opt = static
-                version = version or c.version or "0"
-                requirements.append(f"{c.package}{extras}=={version}")
-                stubs[c.package] = {"version": version, "requires": deps, "extras": opt}
-            else:
-                requirements.append(f"{c.package}{extras} @ git+{c.repo}")   # the key's view
-                local.append(f"{c.package}{extras} @ {tree.resolve().as_uri()}")
-        reachable = [indexes[n] for n in sorted(wanted, key=lambda n: (n != "pypi", n)) if not reach[n]]
-        key = lockfile.set_key(requirements, {n: indexes[n] for n in wanted},
-                               {k: v if isinstance(v, str) else v["version"] for k, v in stubs.items()})
+            version, stub = self._stub_for(plan, c)
+            versions[c.package] = version
+            requirements.append(f"{c.package}{extras}=={version}")
+            stubs[c.package] = stub
+        if reach["pypi"]:
+            raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: the default index is "
+                               f"unreachable: {reach['pypi']} (fix: MTP_INDEX_REWRITE to a mirror)")
+        reachable = [indexes["pypi"]] + [indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]]
+        overrides = [o[0] for o in plan.overrides]
+        excludes = [e[0] for e in plan.excludes]
+        stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in stubs.items()}
+        key = lockfile.set_key(requirements, {n: indexes[n] for n in sorted(used)},
+                               {"stubs": stub_key, "overrides": overrides, "excludes": excludes})
         if key in self.sets:
             return key
-        index_entries = {}
-        for n in sorted(wanted):
-            index_entries[n] = {"url": indexes[n], "verified": not reach[n]}
-            if reach[n]:
-                index_entries[n]["reason"] = reach[n]
-        doc: dict = {"requirements": sorted(requirements), "indexes": index_entries}
-        pip_reqs = [r for r in requirements if " @ git+" not in r] + local
-        if not reachable:
-            doc.update(resolved=False, verified=False,
-                       reason="no index reachable: nothing could be resolved", packages={})
-            self.unverified.append(f"python set {key}: no index reachable")
+        doc: dict = {"requirements": sorted(requirements),
+                     "indexes": {n: ({"url": indexes[n], "verified": True} if not reach[n] else
+                                     {"url": indexes[n], "verified": False, "reason": reach[n]})
+                                 for n in sorted(used)},
+                     "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+                     "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes]}
+        t0 = time.monotonic()
+        try:
+            res = resolver.resolve(requirements, stubs, overrides, excludes, reachable, plan.python)
+        except resolver.ResolutionFailed as exc:
+            self.resolve_seconds += time.monotonic() - t0
+            doc.update(resolved=False, error=str(exc), packages={})
+            self.failures.append(f"python set {key} ({plan.profile}): the stack does not resolve: {exc} "
+                                 "(fix: an override or exclude in components.yaml `resolution`, with why and link)")
             self.sets[key] = doc
             return key
-        t0 = time.monotonic()
-        res = pydeps.resolve(pip_reqs, reachable, stubs, plan.python)
+        # layers: the plan's own layers, members first
+        members = []
+        for layer in plan.layers:
+            names = []
+            for item in layer.items:
+                pk = plan.package(item)
+                cp = plan.component(item)
+                if pk is not None:
+                    names.append(pk.name)
+                elif cp is not None:
+                    names.append(cp.package)
+            if names:
+                members.append((layer.name, names))
+        layers = resolver.assign_layers(res.packages, members)
+        pins_by_index: dict[str, dict[str, str]] = {}
+        index_of: dict[str, str] = {}
+        for name, entry in res.packages.items():
+            if entry["stub"]:
+                continue
+            pk = plan.package(owner.get(name, "")) if name in owner else None
+            idx = pk.index if pk is not None else "pypi"
+            index_of[name] = idx
+            pins_by_index.setdefault(idx, {})[name] = entry["version"]
+        files: dict[str, dict] = {}
+        for idx, pins in sorted(pins_by_index.items()):
+            try:
+                files.update(resolver.select_files(pins, indexes[idx], plan.python,
+                                                   {pydeps.canonical(n) for n, _w in plan.sdists}))
+            except resolver.ResolutionFailed as exc:
+                self.failures.append(f"python set {key} ({plan.profile}): {exc}")
+                doc.update(resolved=False, error=str(exc), packages={})
+                self.sets[key] = doc
+                return key
         self.resolve_seconds += time.monotonic() - t0
-        doc["resolved"] = res["ok"]
-        if not res["ok"]:
-            doc["error"] = res["error"]
-            doc["packages"] = {}
-            self.failures.append(f"python set {key} ({plan.profile}): pip could not resolve: {res['error']}")
-        else:
-            doc["packages"] = self._packages(res, stubs, unverified, git_names, indexes)
+        packages = {}
+        for name, entry in res.packages.items():
+            e: dict = {"version": entry["version"], "layer": layers[name]}
+            comp = plan.component(owner.get(name, ""))
+            if comp is not None and comp.source == "git":
+                e["source"] = f"git ({comp.name})"
+                stub = stubs[comp.package]
+                if not comp.deps_declared:
+                    e["declared_dependencies"] = "not installed (dependencies.declared: false)"
+            elif entry["stub"]:
+                e.update(index=plan.package(owner[name]).index, verified=False,
+                         reason=unverified.get(owner[name], "stub"))
+            else:
+                e.update(index=index_of[name], **files[name])
+            e["via"] = entry["via"]
+            packages[name] = e
+        doc.update(resolved=True, packages=dict(sorted(packages.items())))
+        build_sets = {}
+        for c in plan.components:
+            if c.source == "git" and c.build_requires:
+                try:
+                    br = resolver.resolve(list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python)
+                except resolver.ResolutionFailed as exc:
+                    self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
+                    continue
+                bfiles = resolver.select_files({n: e["version"] for n, e in br.packages.items()},
+                                               indexes["pypi"], plan.python)
+                build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+        doc["build_requires"] = build_sets
         doc["unverified"] = dict(sorted(unverified.items()))
         for name, why in sorted(unverified.items()):
             line = f"python {name}: {why}"
@@ -249,31 +336,6 @@ class Locker:
                 self.unverified.append(line)
         self.sets[key] = doc
         return key
-
-    @staticmethod
-    def _packages(res, stubs, unverified, git_names, indexes) -> dict:
-        stub_names = {pydeps.canonical(n) for n in stubs}
-        out = {}
-        for item in res["install"]:
-            meta = item["metadata"]
-            name = pydeps.canonical(meta["name"])
-            info = item.get("download_info", {})
-            url = info.get("url", "")
-            entry: dict = {"version": meta["version"]}
-            if name in git_names:
-                entry["source"] = f"git ({git_names[name]})"
-            elif name in stub_names or url.startswith("file:"):
-                entry.update(verified=False)
-            else:
-                digest = (info.get("archive_info", {}).get("hashes") or {}).get("sha256")
-                entry["file"] = url.rsplit("/", 1)[-1].split("#")[0]
-                if digest:
-                    entry["sha256"] = digest
-                idx = next((n for n, u in sorted(indexes.items()) if url.startswith(u.rstrip("/").rsplit("/simple", 1)[0])), None)
-                if idx and idx != "pypi":
-                    entry["index"] = idx
-            out[name] = entry
-        return dict(sorted(out.items()))
 
 
 def _plans(m, names) -> list[Plan]:
