@@ -19,6 +19,43 @@ MANIFEST_TYPES = ", ".join([
 ])
 
 
+def network_reason(exc: BaseException) -> str:
+    """What failed, in a few words, from a requests/urllib3 exception (whose own text is a
+    nest of pool, retry and connection object reprs)."""
+    import requests  # lazy: ~60 ms, only needed when a registry is involved
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, requests.exceptions.SSLError):
+        m = re.search(r"\[SSL: [A-Z_]+\] ([^(\"')]+)", text)
+        return f"TLS failed ({(m.group(1) if m else 'certificate or protocol error').strip()})"
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return "no answer to the connection attempt (timed out)"
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return "connected, but no answer in time (timed out)"
+    for needles, what in (
+            (("nameresolutionerror", "name or service not known", "failed to resolve",
+              "temporary failure in name resolution", "nodename nor servname"),
+             "its host name does not resolve (DNS)"),
+            (("connection refused",), "connection refused (nothing listens there)"),
+            (("network is unreachable", "no route to host"), "no network route to it"),
+            (("remotedisconnected", "connection aborted", "connection reset", "broken pipe"),
+             "the connection was closed without an answer"),
+            (("proxyerror", "unable to connect to proxy"), "the HTTP proxy refused or failed")):
+        if any(n in low for n in needles):
+            return what
+    m = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    return m.group(1).strip() if m else type(exc).__name__
+
+
+class RegistryUnreachable(EnvironmentProblem):
+    def __init__(self, reg: "Registry", what: str, exc: BaseException):
+        self.reason = network_reason(exc)
+        super().__init__(
+            f"registry {reg.host} cannot be reached: {self.reason} ({what}) (fix: check that the "
+            f"registry runs and that {reg.base_url}/v2/ answers from this machine (DNS, proxy, "
+            "firewall), or use another --registry)")
+
+
 @dataclass(frozen=True)
 class Registry:
     host: str          # host[:port]
@@ -57,7 +94,10 @@ class Registry:
             return None
         params = {"service": fields.get("service", ""),
                   "scope": f"repository:{self.repo_path(repository)}:pull"}
-        resp = requests.get(realm, params=params, timeout=20)
+        try:
+            resp = requests.get(realm, params=params, timeout=20)
+        except requests.RequestException as exc:
+            raise RegistryUnreachable(self, f"token service {realm}", exc) from None
         if resp.status_code != 200:
             return None
         body = resp.json()
@@ -76,20 +116,33 @@ class Registry:
                     headers["Authorization"] = f"Bearer {token}"
                     resp = requests.head(url, headers=headers, timeout=20)
         except requests.RequestException as exc:
-            raise EnvironmentProblem(f"registry {self.host} does not answer: {exc}")
+            raise RegistryUnreachable(self, f"looking up {self.ref(repository, tag)}", exc) from None
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise EnvironmentProblem(f"registry {self.host}: HEAD {url} -> HTTP {resp.status_code}")
+            raise self._http_error(resp.status_code, f"looking up {self.ref(repository, tag)}")
         return resp.headers.get("Docker-Content-Digest")
+
+    def _http_error(self, status: int, what: str) -> EnvironmentProblem:
+        if status in (401, 403):
+            fix = f"docker login {self.host}, or use a registry this machine may read"
+        elif status >= 500:
+            fix = "the registry itself failed: check its logs, or retry later"
+        else:
+            fix = f"check that {self.base_url} is a Docker registry (HTTP API v2)"
+        return EnvironmentProblem(f"registry {self.host} answered HTTP {status} ({what}) (fix: {fix})")
 
     def tags(self, repository: str) -> list[str]:
         import requests  # lazy: ~60 ms, only needed when a registry is involved
         url = f"{self.base_url}/v2/{self.repo_path(repository)}/tags/list"
-        resp = requests.get(url, timeout=20)
+        try:
+            resp = requests.get(url, timeout=20)
+        except requests.RequestException as exc:
+            raise RegistryUnreachable(self, f"listing the tags of {self.ref(repository)}", exc) from None
         if resp.status_code == 404:
             return []
-        resp.raise_for_status()
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, f"listing the tags of {self.ref(repository)}")
         return sorted(resp.json().get("tags") or [])
 
 

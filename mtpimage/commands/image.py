@@ -63,7 +63,7 @@ def base_preflight(plan: Plan) -> None:
     except requests.RequestException as exc:
         raise EnvironmentProblem(
             f"base image {base} is not present locally and its registry {host} cannot be reached "
-            f"({type(exc).__name__}) (fix: `docker pull` or `docker load` it on this machine, or "
+            f"({publish.network_reason(exc)}) (fix: `docker pull` or `docker load` it on this machine, or "
             "build where the registry is reachable; real profiles need their real CUDA base)")
 
 
