@@ -236,13 +236,11 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
                          f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}", _fix())
 
 
-def locked_requirements(manifests, plan: Plan) -> tuple[str, ...]:
-    """The exact versions lock.yaml resolved for this profile's Python dependency set, as
-    `name==version`, minus what the plan pins itself. They become pip constraints of the
-    source layers, so transitive dependencies do not float at build time. Empty when there
-    is no lock or it does not match the plan (then `--frozen` refuses the build anyway)."""
-    from .pydeps import canonical
-
+def locked_requirements(manifests, plan: Plan) -> tuple:
+    """Every distribution lock.yaml resolved for this profile, as (name, version, layer, index,
+    file, sha256): what the image installs, exactly, with no resolution at build time. Git
+    sources are left out (they are built from their pinned commits). Empty when there is no
+    lock or it does not match the plan (then `--frozen` refuses the build anyway)."""
     lock = read(lock_path(Path(manifests.root)))
     if lock is None:
         return ()
@@ -251,7 +249,16 @@ def locked_requirements(manifests, plan: Plan) -> tuple[str, ...]:
     except InputError:
         return ()
     key = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
-    packages = (((lock.get("python_sets") or {}).get(key) or {}).get("packages")) or {}
-    own = {canonical(c.package) for c in plan.components} | {canonical(p.name) for p in plan.packages}
-    return tuple(sorted(f"{canonical(name)}=={entry['version']}" for name, entry in packages.items()
-                        if canonical(name) not in own and entry.get("version")))
+    pyset = (lock.get("python_sets") or {}).get(key) or {}
+    if not pyset.get("resolved") or "layer" not in next(iter((pyset.get("packages") or {"": {}}).values()), {}):
+        return ()
+    out = []
+    for name, e in sorted((pyset.get("packages") or {}).items()):
+        if str(e.get("source", "")).startswith("git"):
+            continue
+        out.append((name, str(e["version"]), e["layer"], e.get("index", "pypi"), e.get("file", ""),
+                    e.get("sha256", "")))
+    for comp, reqs in sorted((pyset.get("build_requires") or {}).items()):
+        for name, e in sorted(reqs.items()):
+            out.append((name, str(e["version"]), f"build:{comp}", "pypi", e.get("file", ""), e.get("sha256", "")))
+    return tuple(out)

@@ -89,7 +89,64 @@ def patch_name(index: int, patch) -> str:
     return f"{index:03d}-{Path(patch.file).name}"
 
 
+def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
+    """A layer installed from lock.yaml: its share of the resolved set by exact file hash
+    (`--no-deps --require-hashes --only-binary`), then its git sources built from their commits
+    with their locked build backends, then patches and records. Nothing is resolved here."""
+    steps: list[dict] = []
+    mine = [e for e in plan.locked if e[2] == layer_name]
+    sdists = {n for n, _ in plan.sdists}
+    for index in sorted({e[3] for e in mine}):
+        rows = [e for e in mine if e[3] == index]
+        hashed = [e for e in rows if e[5] and e[0] not in sdists]
+        if hashed:
+            steps.append({"kind": "locked", "name": f"{layer_name}-{index}", "index_url": _index_url(plan, index),
+                          "file": f"{layer_name}-{index}.txt", "patches": [],
+                          "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in hashed)})
+        built = [e for e in rows if e[5] and e[0] in sdists]
+        if built:
+            steps.append({"kind": "sdist", "name": f"{layer_name}-{index}-sdist", "index_url": _index_url(plan, index),
+                          "file": f"{layer_name}-{index}-sdist.txt", "packages": [e[0] for e in built], "patches": [],
+                          "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built)})
+        # unreachable when locked (verl's wheelhouse from here): exact version, wheel only, no hash
+        for e in rows:
+            if not e[5]:
+                steps.append({"kind": "unhashed", "name": e[0], "index_url": _index_url(plan, index),
+                              "requirement": f"{e[0]}=={e[1]}", "patches": []})
+    for item in items:
+        c = plan.component(item)
+        if c is None:
+            continue
+        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
+                   for i, p in enumerate(c.patches)]
+        if c.source == "git":
+            sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
+            breq = [e for e in plan.locked if e[2] == f"build:{c.name}"]
+            steps.append({"kind": "git-locked", "name": c.name, "package": c.package,
+                          "index_url": _index_url(plan, c.index), "src": f"/tmp/mtp-src/{c.name}{sub}",
+                          "build_file": f"build-{c.name}.txt" if breq else None,
+                          "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in breq),
+                          "patches": patches})
+        else:
+            steps.append({"kind": "pypi-locked", "name": c.name, "package": c.package, "patches": patches})
+    return steps
+
+
+def _allowed_conflicts(plan: Plan) -> bytes:
+    """What `pip check` may report in the image: declarations that lock.yaml's overrides and
+    excludes replace, and the declared dependencies of sources installed without them."""
+    from packaging.requirements import Requirement
+    required = sorted({Requirement(r).name.lower() for r, _w, _l in plan.overrides} |
+                      {n.lower() for n, _w, _l in plan.excludes})
+    dependents = sorted(c.package.lower() for c in plan.components if not c.deps_declared)
+    return (json.dumps({"required": required, "dependents": dependents}, indent=2, sort_keys=True)
+            + "\n").encode()
+
+
 def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
+    if plan.locked:
+        return [{"file": None, "build_file": None, "patches": [], **step}
+                for step in _locked_steps(plan, layer_name, items)]
     steps: list[dict] = []
     pkgs = [plan.package(i) for i in items if plan.package(i) is not None]
     by_index: dict[str, list[str]] = {}
@@ -170,7 +227,16 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     )
     files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
     files.update(_tree(images / "lib", "build/lib"))
-    files.update(_constraints(plan))
+    if plan.locked:
+        for layer in install_layers:
+            for step in layer["steps"]:
+                if step.get("file"):
+                    files[f"build/requirements/{step['file']}"] = step["text"].encode()
+                if step.get("build_file"):
+                    files[f"build/requirements/{step['build_file']}"] = step["build_text"].encode()
+        files["build/allowed-conflicts.json"] = _allowed_conflicts(plan)
+    else:
+        files.update(_constraints(plan))
     root = Path(manifests_root).resolve()
     for c in plan.components:
         for i, p in enumerate(c.patches):

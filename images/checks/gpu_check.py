@@ -355,9 +355,7 @@ def skipped_results(checks: Iterable[CheckSpec], reason: str) -> list[CheckResul
     return [CheckResult(c.name, SKIP, f"GPU part skipped: {reason}") for c in checks]
 
 
-# ----------------------------------------------------------------------------------
-# GPU part (torch and megatron.core imported lazily)
-# ----------------------------------------------------------------------------------
+# -- precision and attention backend per context-parallel size ----------------------------
 
 VOCAB = 128
 SEQ = 32
@@ -367,6 +365,174 @@ HEADS = 4
 NUM_LAYERS = 2
 SEED = 1234
 
+ATTN_LOCAL = "local"
+ATTN_TE = "transformer_engine"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionPlan:
+    """How a training check builds its model: parameter dtype and attention backend."""
+
+    cp: int
+    dtype: str  # "float32" | "bfloat16" (a torch dtype name)
+    attention: str  # ATTN_LOCAL | ATTN_TE
+    reason: str
+
+    @property
+    def needs_te(self) -> bool:
+        return self.attention == ATTN_TE
+
+    def label(self) -> str:
+        dt = {"float32": "fp32", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
+        at = "TE attention" if self.needs_te else "local attention"
+        return f"CP={self.cp} {dt} {at}"
+
+
+def precision_plan(cp: int, *, reference: bool = False) -> PrecisionPlan:
+    """The dtype and attention backend of a training check at context-parallel size cp.
+
+    CP=1: fp32 with megatron's local attention (no TransformerEngine needed), as always.
+    CP>1: bf16 with TransformerEngine attention. megatron's local DotProductAttention asserts
+    context_parallel_size == 1; of TE's backends the unfused one refuses context parallelism
+    and the fused (cuDNN) one has no fp32 path, so an fp32 model at CP>1 fails with "No dot
+    product attention backend is available" (seen on 2xH200, TE 2.12.0, cuDNN 9.19).
+    reference=True: the CP=1 run a CP>1 check compares against, in the CP>1 run's precision
+    and attention (bf16, TE) so that the comparison sees context parallelism, not dtype.
+    """
+    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+        raise ValueError(f"context parallel size must be an integer >= 1, got {cp!r}")
+    if cp == 1 and not reference:
+        return PrecisionPlan(1, "float32", ATTN_LOCAL, "CP=1: fp32, megatron's local attention")
+    why = (
+        "CP=1 reference for a CP>1 check: same precision and attention as the CP>1 run"
+        if cp == 1
+        else "CP>1 needs TransformerEngine attention, which has no fp32 context-parallel backend"
+    )
+    return PrecisionPlan(cp, "bfloat16", ATTN_TE, why)
+
+
+def transformer_config_kwargs(plan: PrecisionPlan, recompute: bool) -> dict:
+    """megatron TransformerConfig keyword arguments of the check's tiny model.
+
+    params_dtype is a torch dtype NAME here (the GPU part maps it with getattr(torch, ...)),
+    so this stays importable and testable without torch.
+    """
+    kw: dict[str, Any] = dict(
+        num_layers=NUM_LAYERS,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        ffn_hidden_size=2 * HIDDEN,
+        mtp_num_layers=1,
+        mtp_loss_scaling_factor=0.1,
+        context_parallel_size=plan.cp,
+        use_cpu_initialization=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        params_dtype=plan.dtype,
+        bf16=plan.dtype == "bfloat16",
+    )
+    if recompute:
+        kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    return kw
+
+
+def cp_chunk_positions(seq_len: int, cp: int, cp_rank: int) -> list[int]:
+    """Sequence positions held by a CP rank: megatron's load-balanced split into 2*cp chunks,
+    rank r holding chunks r and 2*cp-1-r (get_batch_on_this_cp_rank)."""
+    if cp < 1 or not 0 <= cp_rank < cp or seq_len % (2 * cp):
+        raise ValueError(f"cannot split {seq_len} positions over CP={cp} (rank {cp_rank})")
+    c = seq_len // (2 * cp)
+    return [*range(cp_rank * c, (cp_rank + 1) * c), *range((2 * cp - 1 - cp_rank) * c, (2 * cp - cp_rank) * c)]
+
+
+def mtp_token_counts(seq_len: int, batch: int, cp: int, cp_rank: int) -> tuple[int, int]:
+    """(tokens with MTP loss on this CP rank, in the whole sequence) for an all-ones loss mask
+    and one MTP layer. megatron's roll_tensor shifts labels and mask left by one (across CP
+    ranks) and fills 0 at the sequence end; the last position lives in chunk 2*cp-1 (CP rank 0).
+    megatron divides each rank's MTP loss by its OWN count, so the check scales each rank's MTP
+    gradient by local/total to make the CP ranks' summed gradient the whole-sequence one."""
+    local = sum(1 for p in cp_chunk_positions(seq_len, cp, cp_rank) if p < seq_len - 1)
+    return batch * local, batch * (seq_len - 1)
+
+
+# The CP>1 check compares against a CP=1 run of the same weights and tokens in the same
+# precision (bf16, TE attention). Both differ only in rounding: the attention reduction order
+# (CP merges per-chunk softmax results), GEMM shapes, and each CP rank's bf16 gradient being
+# rounded before the ranks are summed. bf16 keeps 8 significant bits (eps 2**-8 = 3.9e-3):
+# losses are reduced in fp32 from bf16 logits (1e-2 = 2.5 eps); gradients pass through more
+# bf16 roundings (5e-2). mtp_grad_rel_l2 = ||g_cp - g_ref|| / ||g_ref|| over all MTP
+# gradient elements: the sensitive one (a wrong split, chunk order or missing KV exchange
+# gives O(1)), where a near-uniform tiny model's loss barely moves.
+# (metric, how compared, tolerance, required)
+CP_COMPARE_METRICS: tuple[tuple[str, str, float, bool], ...] = (
+    ("main_loss", "rel", 1e-2, True),
+    ("mtp_loss", "rel", 1e-2, False),
+    ("mtp_grad_norm", "rel", 5e-2, True),
+    ("decoder_grad_norm", "rel", 5e-2, False),
+    ("mtp_grad_rel_l2", "abs", 5e-2, True),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    metric: str
+    ref: float | None
+    got: float | None
+    diff: float
+    tol: float
+    kind: str  # "rel": |got-ref|/|ref|; "abs": |got-ref|
+    ok: bool
+
+    def describe(self) -> str:
+        if self.ref is None or self.got is None:
+            return f"{self.metric}: missing (ref {self.ref}, got {self.got}) FAIL"
+        if self.kind == "abs":
+            text = f"{self.metric} {self.got:.3e} (<= {self.tol:g})"
+        else:
+            text = f"{self.metric} {self.got:.5g} vs {self.ref:.5g} (rel {self.diff:.1e}, tol {self.tol:g})"
+        return text if self.ok else text + " FAIL"
+
+
+def relative_difference(ref: float, got: float) -> float:
+    """|got - ref| / |ref|; 0 when both are 0, inf when only ref is 0; NaN in -> inf."""
+    if any(v != v or v in (float("inf"), float("-inf")) for v in (ref, got)):
+        return float("inf")
+    if ref == got:
+        return 0.0
+    if ref == 0.0:
+        return float("inf")
+    return abs(got - ref) / abs(ref)
+
+
+def compare_cp_metrics(
+    ref: dict, got: dict, metrics: Iterable[tuple[str, str, float, bool]] = CP_COMPARE_METRICS
+) -> list[Comparison]:
+    """Compare a CP>1 run's metrics (got) with the CP=1 reference's (ref).
+
+    A "rel" metric passes when |got-ref|/|ref| <= tol; an "abs" one (a distance the GPU part
+    already computed, ref 0) when |got-ref| <= tol. A metric missing on both sides is
+    left out unless required; one missing on one side, or NaN/inf, fails.
+    """
+    out = []
+    for name, kind, tol, required in metrics:
+        r, g = ref.get(name), got.get(name)
+        if r is None and g is None and not required:
+            continue
+        if r is None or g is None:
+            out.append(Comparison(name, r, g, float("inf"), tol, kind, False))
+            continue
+        r, g = float(r), float(g)
+        if kind == "abs":
+            diff = abs(g - r) if all(v == v and abs(v) != float("inf") for v in (r, g)) else float("inf")
+        else:
+            diff = relative_difference(r, g)
+        out.append(Comparison(name, r, g, diff, tol, kind, diff <= tol))
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# GPU part (torch and megatron.core imported lazily)
+# ----------------------------------------------------------------------------------
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -3,6 +3,10 @@
 
   patch-source     apply a component's vendored patches to its source tree (git apply -pN)
   patch-installed  apply them to an installed wheel, relative to site-packages
+  build-source     patch a git source, build its wheel in a throwaway venv holding only its
+                   locked build backends (hash-checked), install it with --no-deps
+  pip-check        `pip check`, accepting only what lock.yaml's overrides/excludes and the
+                   sources installed without their declared dependencies explain
   record           write /opt/mtp/installed/<name>.json: the commit the source came from
                    (src/<name>/.mtp-source.json, written by the builder from the fetched
                    git object), the installed distribution's version, the patches' sha256
@@ -16,6 +20,7 @@ import argparse
 import hashlib
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import sysconfig
@@ -38,9 +43,56 @@ def _apply(patches: list[tuple[Path, int]], where: Path) -> None:
         subprocess.run(["git", "apply", "--verbose", f"-p{strip}", str(path)], cwd=where, check=True)
 
 
+def _build_source(args, patches) -> int:
+    _apply(patches, args.src)
+    venv = Path(f"/tmp/mtp-bv-{args.name}")
+    wheels = Path(f"/tmp/mtp-wheels-{args.name}")
+    # Without locked build backends (test stand-ins) the build sees the OS's setuptools.
+    flags = [] if args.build_requirements else ["--system-site-packages"]
+    subprocess.run([sys.executable, "-m", "venv", *flags, str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    if args.build_requirements:
+        subprocess.run([*pip, "install", "--no-deps", "--require-hashes", "--only-binary=:all:",
+                        "--index-url", args.index_url, "-r", str(args.build_requirements)], check=True)
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels),
+                    str(args.src)], check=True)
+    built = sorted(wheels.glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", *map(str, built)],
+                   check=True)
+    for path in (venv, wheels):
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+    return 0
+
+
+def _pip_check(allowed_file: Path) -> int:
+    allowed = json.loads(allowed_file.read_text())
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    bad, accepted = [], []
+    for line in proc.stdout.splitlines():
+        words = line.replace(",", " ").split()
+        if not words or line.startswith("No broken"):
+            continue
+        dependent = words[0].lower()
+        needed = next((w for w in words[2:] if w.lower() not in ("requires", "has", "requirement",
+                                                                   "which", "is", "not", "installed.")), "")
+        needed = re.split(r"[<>=!~\[; ]", needed, maxsplit=1)[0].lower()
+        if dependent in allowed["dependents"] or needed in allowed["required"]:
+            accepted.append(line)
+        else:
+            bad.append(line)
+    for line in accepted:
+        print(f"mtp_install: pip check (declared override): {line}", flush=True)
+    for line in bad:
+        print(f"mtp_install: pip check FAILED: {line}", flush=True)
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("action", choices=["patch-source", "patch-installed", "record"])
+    ap.add_argument("action", choices=["patch-source", "patch-installed", "record", "build-source", "pip-check"])
+    ap.add_argument("--build-requirements", type=Path)
+    ap.add_argument("--index-url")
+    ap.add_argument("--allowed", type=Path)
     ap.add_argument("--name", required=True)
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--src", type=Path)
@@ -49,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patch", action="append", default=[])
     args = ap.parse_args(argv)
     patches = _patches(args.patch)
+    if args.action == "build-source":
+        return _build_source(args, patches)
+    if args.action == "pip-check":
+        return _pip_check(args.allowed)
     if args.action == "patch-source":
         _apply(patches, args.dir)
         return 0

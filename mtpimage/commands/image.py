@@ -115,7 +115,11 @@ class PushFailed(EnvironmentProblem):
     def __init__(self, ref: str, stderr: str):
         self.stderr = stderr.strip()[-300:]
         self.transient = not any(p in stderr.lower() for p in PUSH_PERMANENT)
-        super().__init__(f"docker push {ref} failed: {self.stderr}")
+        host = ref.split("/")[0]
+        fix = (f"check that registry {host} runs and answers, then run again" if self.transient
+               else f"docker login {host} with a user that may push there, or use another --registry")
+        super().__init__(f"docker push {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; "
+                         "no tag was moved)")
 
 
 def _push(ref: str) -> None:
@@ -259,6 +263,40 @@ def _run_main(args, manifests, plan: Plan, summary: dict) -> int:
     summary["image"] = local
     local_id = _local_id(local)
     remote = reg.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if reg else None
+    if reg is None:
+        return _build_or_find(args, plan, rendered, reg, local_id, remote, summary)
+    # With a registry, a failed push must leave no new tag anywhere: the local tags this run
+    # sets or moves are put back as they were (README, "Publish only after the tests pass").
+    before = {local: local_id, human_local: _local_id(human_local)}
+    try:
+        return _build_or_find(args, plan, rendered, reg, local_id, remote, summary)
+    except BaseException:
+        notes = _restore_local_tags(before)
+        if notes:
+            _say("rolled back " + "; ".join(notes))
+        raise
+
+
+def _restore_local_tags(before: dict[str, str | None]) -> list[str]:
+    notes = []
+    for ref, prev in before.items():
+        try:
+            if _local_id(ref) == prev:
+                continue
+            if prev is None:
+                _untag(ref)
+                notes.append(f"removed the new local tag {ref}")
+            else:
+                _tag(prev, ref)
+                notes.append(f"{ref} points at {prev[:19]} again")
+        except Exception:  # noqa: BLE001 - best effort; the original error matters
+            notes.append(f"could not restore {ref}")
+    return notes
+
+
+def _build_or_find(args, plan: Plan, rendered: Rendered, reg, local_id, remote, summary: dict) -> int:
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
     if local_id is not None or remote is not None:
         human_ok = reg is None or (remote is not None and
                                    reg.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote)
