@@ -158,6 +158,53 @@ def test_registry_lookup_failing_fails_before_any_push(world, proxy, tmp_path):
     assert _digest(world, ns, PROFILE) == old
 
 
+def _local(world, ref):
+    proc = world["host"].docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def test_registry_killed_mid_push_leaves_no_new_tag_anywhere(world, proxy, tmp_path):
+    """README: a failed push leaves no new tag anywhere. The run builds, tests and tags
+    (mtp-verl:<identity> new, mtp-verl:<profile> moved), then the registry dies at the first
+    blob upload: afterwards the content tag is gone again, the profile tag points where it
+    pointed before, no registry-prefixed tag is left, and the registry's tags are unchanged."""
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    old = _old_human_tag(world, ns)
+    identity = _identity(world, tmp_path)
+    host = world["host"]
+    for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}"):
+        host.docker("image", "rm", "--no-prune", ref, check=False)
+    host.docker("tag", world["base"], f"mtp-verl:{PROFILE}")     # yesterday's local profile tag
+    before = _local(world, f"mtp-verl:{PROFILE}")
+    proxy.add("POST", rf"/{ns}/mtp-verl/blobs/uploads/", "kill")
+    proc = run_build("--manifests", world["manifests"], "--profile", PROFILE, "--push", "--registry",
+                     f"{proxy.address}/{ns}", env={**world["env"], "MTP_NET_RETRIES": "1"}, timeout=500)
+    assert proxy.dead, (proxy.requests, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "tagged  " in proc.stdout, "the run must have tagged before it pushed"
+    _clean_failure(proc)
+    assert f"docker push {proxy.address}/{ns}/mtp-verl:{identity} failed" in proc.stderr
+    assert "(fix: check that registry" in proc.stderr
+    assert _local(world, f"mtp-verl:{identity}") is None, "the new content tag was left"
+    assert _local(world, f"mtp-verl:{PROFILE}") == before, "the profile tag was left moved"
+    for tag in (identity, PROFILE):
+        assert _local(world, f"{proxy.address}/{ns}/mtp-verl:{tag}") is None
+    assert _digest(world, ns, PROFILE) == old
+    assert _digest(world, ns, identity) is None
+    host.docker("image", "rm", "--no-prune", f"mtp-verl:{PROFILE}", check=False)
+    again = _cli(world, "--profile", PROFILE)      # leave the module's image as the fixture made it
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_registry_down_is_one_line_naming_it(world, proxy):
+    ns = f"faults-{uuid.uuid4().hex[:8]}"
+    proxy.kill()
+    proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
+    _clean_failure(proc)
+    err = proc.stderr.strip().splitlines()[-1]
+    assert f"registry {proxy.address} cannot be reached: connection refused" in err, err
+    assert "(fix:" in err and "HTTPConnectionPool" not in err and "Max retries" not in err, err
+
+
 def test_zz_report_faults(capsys):
     with capsys.disabled():
         print(f"\nfaults injected on push: {len(FAULTS)}")
