@@ -308,8 +308,8 @@ def format_table(report: dict) -> str:
     lines = [f"mtp gpu_check: mode {report['mode']} (from {report['mode_source']})"]
     env = report.get("env") or {}
     env_keys = (
-        "python", "torch", "cuda", "driver", "gpus", "megatron_core", "verl", "world_size",
-        "mtp_patch",
+        "python", "torch", "cuda", "driver", "gpus", "megatron_core", "transformer_engine", "verl",
+        "world_size", "mtp_patch",
     )
     for key in env_keys:
         if key in env and env[key] not in (None, "", []):
@@ -668,30 +668,16 @@ class Runner:
         self.mtp_patch_source = f"verl {vv} mtp_patch (loaded by file path: {path})"
 
     # -- model ----------------------------------------------------------------------------
-    def build_model(self, recompute: bool, cp: int):
+    def build_model(self, recompute: bool, plan: PrecisionPlan):
         torch = self.torch
         from megatron.core.models.gpt import GPTModel
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
         from megatron.core.transformer.transformer_config import TransformerConfig
 
-        kw: dict[str, Any] = dict(
-            num_layers=NUM_LAYERS,
-            hidden_size=HIDDEN,
-            num_attention_heads=HEADS,
-            ffn_hidden_size=2 * HIDDEN,
-            mtp_num_layers=1,
-            mtp_loss_scaling_factor=0.1,
-            context_parallel_size=cp,
-            use_cpu_initialization=True,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-            params_dtype=torch.float32,
-        )
-        if recompute:
-            kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        kw = transformer_config_kwargs(plan, recompute)
+        kw["params_dtype"] = getattr(torch, kw["params_dtype"])
         config = TransformerConfig(**kw)
-        use_te = cp > 1
-        if use_te:
+        if plan.needs_te:
             from megatron.core.models.gpt.gpt_layer_specs import (
                 get_gpt_layer_with_transformer_engine_spec,
             )
@@ -701,7 +687,7 @@ class Runner:
             from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
             layer_spec = get_gpt_layer_local_spec()
-        mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=use_te)
+        mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=plan.needs_te)
         torch.manual_seed(SEED)
         model = GPTModel(
             config=config,
@@ -714,6 +700,13 @@ class Runner:
             # the CPU debug path uses learned absolute positions instead.
             position_embedding_type="learned_absolute" if self.cpu_debug else "rope",
         ).to(self.device)
+        if kw["params_dtype"] != torch.float32:
+            # as megatron's Float16Module does for bf16 training: params_dtype leaves some
+            # norms (the local spec's) in fp32
+            model = model.to(kw["params_dtype"])
+        wrong = sorted({str(p.dtype) for p in model.parameters()} - {str(kw["params_dtype"])})
+        if wrong:
+            raise CheckFailure(f"model parameters are {wrong}, expected {kw['params_dtype']} ({plan.label()})")
         model.train()
         return model
 
@@ -754,17 +747,24 @@ class Runner:
         torch = self.torch
         return torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)[None, None]
 
-    def batch(self, cp: int):
+    def full_batch(self, data_rank: int):
+        """One data-parallel rank's whole-sequence batch (CPU tensors). Every CP rank of a
+        data-parallel rank must see the same sequence, so it is seeded by the DP rank."""
         torch = self.torch
-        g = torch.Generator().manual_seed(SEED + self.rank)
+        g = torch.Generator().manual_seed(SEED + data_rank)
         input_ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
         labels = torch.roll(input_ids, -1, dims=1)
         position_ids = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ).contiguous()
         loss_mask = torch.ones(BATCH, SEQ, dtype=torch.float32)
-        tensors = [input_ids, labels, position_ids, loss_mask]
-        if cp > 1:
-            from megatron.core import parallel_state
+        return [input_ids, labels, position_ids, loss_mask]
 
+    def batch(self, cp: int, full=None):
+        """This rank's part of the batch: the whole sequence at CP=1, chunks r and 2cp-1-r at CP>1."""
+        from megatron.core import parallel_state
+
+        torch = self.torch
+        tensors = full if full is not None else self.full_batch(parallel_state.get_data_parallel_rank())
+        if cp > 1:
             cp_rank = parallel_state.get_context_parallel_rank()
             tensors = [_split_for_cp(torch, t, cp, cp_rank) for t in tensors]
         return [t.to(self.device) for t in tensors]
@@ -799,10 +799,89 @@ class Runner:
             return CheckResult(spec.name, PASS, f"backend nccl {nccl}, {self.world_size} rank(s), sum {want:g}")
         raise ValueError(spec.name)
 
+    def step1_metrics(self, params: dict, main_parts, mtp_loss_local, n_local: int, n_total: int, group):
+        """What a CP>1 check compares with its CP=1 reference, after the MTP-loss-only backward.
+
+        Each CP rank holds part of every gradient (its own tokens' share, with the other ranks'
+        share arriving through TE's attention backward), so gradients are summed over the CP
+        group; the main loss is sum/count over all ranks; megatron's MTP loss (its logging
+        tracker, a per-rank mean over the rank's own tokens) is re-weighted by token counts.
+        Returns (metrics, the summed MTP gradient as one fp32 vector).
+        """
+        torch = self.torch
+
+        def flat(prefix: str):
+            parts = []
+            for n in sorted(params):
+                if n.startswith(prefix):
+                    p = params[n]
+                    g = p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
+                    parts.append(g.reshape(-1))
+            return torch.cat(parts) if parts else torch.zeros(1, device=self.device)
+
+        g_mtp, g_dec = flat("mtp."), flat("decoder.")
+        main_sum, main_cnt = main_parts
+        have_mtp_loss = mtp_loss_local is not None
+        stats = torch.tensor(
+            [float(main_sum.detach()), float(main_cnt.detach()),
+             (mtp_loss_local if have_mtp_loss else 0.0) * n_local, 1.0 if have_mtp_loss else 0.0],
+            dtype=torch.float64, device=self.device,
+        )
+        if group is not None and torch.distributed.get_world_size(group) > 1:
+            for t in (g_mtp, g_dec, stats):
+                torch.distributed.all_reduce(t, group=group)
+        n_ranks = 1 if group is None else torch.distributed.get_world_size(group)
+        metrics = {
+            "main_loss": float(stats[0] / stats[1]),
+            # only when every rank's tracker had the loss
+            "mtp_loss": float(stats[2]) / n_total if int(round(float(stats[3]))) == n_ranks else None,
+            "mtp_grad_norm": float(g_mtp.norm()),
+            "decoder_grad_norm": float(g_dec.norm()),
+        }
+        return metrics, g_mtp
+
+    def reference_metrics(self, spec: CheckSpec, init: dict, full, detach: bool):
+        """The CP=1 reference of a CP>1 check: the same initial weights and the same whole
+        sequences, bf16 with TE attention (precision_plan(1, reference=True)), same recompute
+        and patches; MTP-loss-only backward. Leaves the parallel state at CP=1."""
+        torch = self.torch
+        from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
+
+        plan = precision_plan(1, reference=True)
+        self.set_cp(1)
+        MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0, device=self.device))
+        model = self.build_model(spec.recompute, plan)
+        named = dict(model.named_parameters())
+        if set(named) != set(init):
+            raise CheckFailure(
+                f"the CP=1 reference model has other parameters than the CP={spec.cp} one: "
+                f"{sorted(set(named) ^ set(init))[:3]}"
+            )
+        with torch.no_grad():
+            for n, p in named.items():
+                p.copy_(init[n])
+        self.apply_patches(model, detach)
+        input_ids, labels, position_ids, loss_mask = self.batch(1, full)
+        _mtp_tracker_clean()
+        out = model(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
+            labels=labels, loss_mask=loss_mask,
+        )
+        mtp_loss = _mtp_tracker_loss()
+        parts = _main_loss_parts(torch, out, labels, loss_mask)
+        ((parts[0] / parts[1]) * 0.0).backward()
+        _sync(torch, self.device)
+        n_local, n_total = mtp_token_counts(SEQ, BATCH, 1, 0)
+        metrics, g_mtp = self.step1_metrics(named, parts, mtp_loss, n_local, n_total, None)
+        return plan, metrics, g_mtp
+
     def run_training_check(self, spec: CheckSpec) -> CheckResult:
         torch = self.torch
         sem = spec.semantics
-        if spec.cp > 1:
+        plan = precision_plan(spec.cp)
+        if plan.needs_te:
+            if self.cpu_debug:
+                return CheckResult(spec.name, SKIP, f"{plan.label()} not run: --debug-cpu-model (TE attention needs CUDA)")
             if importlib.util.find_spec("transformer_engine") is None:
                 return CheckResult(
                     spec.name, SKIP,
@@ -811,10 +890,11 @@ class Runner:
                     "transformer_engine is not installed",
                 )
         self.set_cp(spec.cp)
+        from megatron.core import parallel_state
         from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
 
         MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0, device=self.device))
-        model = self.build_model(spec.recompute, spec.cp)
+        model = self.build_model(spec.recompute, plan)
         detach = sem == "mtp-only"
         how = self.apply_patches(model, detach)
         named = dict(model.named_parameters())
@@ -827,9 +907,10 @@ class Runner:
         if bad_names:
             raise CheckFailure(f"MTP parameters outside mtp.layers.0.*: {bad_names[:3]}")
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        input_ids, labels, position_ids, loss_mask = self.batch(spec.cp)
+        full = self.full_batch(parallel_state.get_data_parallel_rank())
+        input_ids, labels, position_ids, loss_mask = self.batch(spec.cp, full)
         before = {n: p.detach().clone() for n, p in named.items()}
-        details = [f"CP={spec.cp}" + (" recompute=full/uniform/1" if spec.recompute else ""), how]
+        details = [plan.label() + (" recompute=full/uniform/1" if spec.recompute else ""), how]
 
         if sem == "load-only":
             # state dict round trip: MTP weights are saved
@@ -864,13 +945,23 @@ class Runner:
             )
             return CheckResult(spec.name, PASS, "; ".join(details))
 
-        # full / mtp-only: 1) gradients of the MTP loss alone (main loss scaled by 0)
+        # full / mtp-only: 1) gradients of the MTP loss alone (main loss scaled by 0).
+        # At CP>1 each rank's MTP gradient is scaled by its share of the MTP tokens, so that
+        # the ranks' summed gradient is the whole-sequence one (see mtp_token_counts).
+        if spec.cp > 1:
+            n_local, n_total = mtp_token_counts(SEQ, BATCH, spec.cp, parallel_state.get_context_parallel_rank())
+        else:
+            n_local, n_total = mtp_token_counts(SEQ, BATCH, 1, 0)
+        MTPLossAutoScaler.set_loss_scale(torch.tensor(n_local / n_total, device=self.device))
         opt.zero_grad(set_to_none=True)
+        _mtp_tracker_clean()
         out = model(
             input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
             labels=labels, loss_mask=loss_mask,
         )
-        main = _main_loss(torch, out, labels, loss_mask)
+        mtp_loss_local = _mtp_tracker_loss()
+        parts = _main_loss_parts(torch, out, labels, loss_mask)
+        main = parts[0] / parts[1]
         (main * 0.0).backward()
         _sync(torch, self.device)
         no_grad = [n for n, p in mtp.items() if p.grad is None or not bool(torch.any(p.grad != 0))]
@@ -880,8 +971,8 @@ class Runner:
         head_norm = _grad_norm(torch, head.values())
         mtp_norm = _grad_norm(torch, mtp.values())
         grads = (
-            f"MTP-loss-only grad norms: mtp {mtp_norm:.3e}, decoder {dec_norm:.3e}, "
-            f"embedding {emb_norm:.3e}, output_layer {head_norm:.3e}"
+            f"MTP-loss-only grad norms{' (this rank)' if spec.cp > 1 else ''}: mtp {mtp_norm:.3e}, "
+            f"decoder {dec_norm:.3e}, embedding {emb_norm:.3e}, output_layer {head_norm:.3e}"
         )
         if no_grad:
             raise CheckFailure(
@@ -897,6 +988,12 @@ class Runner:
             )
         details.append(grads)
         details.append(f"all {len(mtp)} MTP params non-zero")
+        got = g_mtp = None
+        if spec.cp > 1:
+            got, g_mtp = self.step1_metrics(
+                named, parts, mtp_loss_local, n_local, n_total, parallel_state.get_context_parallel_group()
+            )
+        MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0, device=self.device))
         # 2) a real step on main + MTP loss
         opt.zero_grad(set_to_none=True)
         out = model(
@@ -916,28 +1013,70 @@ class Runner:
                 RULE_MTP_NO_GRADIENT,
             )
         details.append(f"step ok (loss {main.item():.4f}), MTP params updated")
+        if spec.cp > 1:
+            # 3) the same weights and whole sequences at CP=1 in the same precision
+            del opt, model, out
+            ref_plan, ref, g_ref = self.reference_metrics(spec, before, full, detach)
+            ref_norm = float(g_ref.norm())
+            got["mtp_grad_rel_l2"] = float((g_mtp - g_ref).norm()) / ref_norm if ref_norm > 0 else float("inf")
+            ref["mtp_grad_rel_l2"] = 0.0
+            comps = compare_cp_metrics(ref, got)
+            text = "; ".join(c.describe() for c in comps)
+            if not all(c.ok for c in comps):
+                raise CheckFailure(
+                    f"CP={spec.cp} differs from the {ref_plan.label()} reference (same weights and tokens) "
+                    f"beyond tolerance: {text}"
+                )
+            details.append(f"CP={spec.cp} (all ranks) vs {ref_plan.label()} reference, same weights and tokens: {text}")
         return CheckResult(spec.name, PASS, "; ".join(details))
+
+
+def _mtp_tracker_clean() -> None:
+    """Zero megatron's MTP loss logging tracker (0.19: clean_metrics_in_tracker; older:
+    clean_loss_in_tracker) so that it holds one forward's MTP loss."""
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper as H
+
+    for fn in ("clean_metrics_in_tracker", "clean_loss_in_tracker"):
+        if hasattr(H, fn):
+            getattr(H, fn)()
+            return
+
+
+def _mtp_tracker_loss() -> float | None:
+    """The first MTP layer's loss from megatron's logging tracker (this rank's mean over its
+    own MTP tokens), or None where this megatron keeps no such tracker."""
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper as H
+
+    t = getattr(H, "tracker", None) or {}
+    v = t.get("loss_values", t.get("values"))
+    if v is None:
+        return None
+    return float(v[0])
 
 
 def _split_for_cp(torch, t, cp: int, cp_rank: int):
     """Megatron's load-balanced CP split along the sequence (dim 1): chunks r and 2cp-1-r."""
-    b, s = t.shape[0], t.shape[1]
-    t = t.view(b, 2 * cp, s // (2 * cp), *t.shape[2:])
-    idx = torch.tensor([cp_rank, 2 * cp - cp_rank - 1])
-    t = t.index_select(1, idx)
-    return t.reshape(b, -1, *t.shape[3:]).contiguous()
+    idx = torch.tensor(cp_chunk_positions(t.shape[1], cp, cp_rank))
+    return t.index_select(1, idx).contiguous()
 
 
-def _main_loss(torch, out, labels, loss_mask):
-    """Mean LM loss. Native megatron returns per-token losses [b, s] when labels are given;
-    verl's patched _postprocess always returns logits [b, s, v] (verl computes the loss)."""
+def _main_loss_parts(torch, out, labels, loss_mask):
+    """(sum of masked per-token LM losses, number of loss tokens) of this rank. Native megatron
+    returns per-token losses [b, s] when labels are given; verl's patched _postprocess always
+    returns logits [b, s, v] (verl computes the loss)."""
     if out.dim() == 3:
         per_token = torch.nn.functional.cross_entropy(
             out.float().reshape(-1, out.shape[-1]), labels.reshape(-1), reduction="none"
         ).view_as(labels)
     else:
         per_token = out.float()
-    return (per_token * loss_mask).sum() / loss_mask.sum()
+    return (per_token * loss_mask).sum(), loss_mask.sum()
+
+
+def _main_loss(torch, out, labels, loss_mask):
+    """Mean LM loss over this rank's loss tokens."""
+    total, count = _main_loss_parts(torch, out, labels, loss_mask)
+    return total / count
 
 
 def _grad_norm(torch, params) -> float:
@@ -1006,6 +1145,12 @@ def gpu_env(runner: Runner) -> dict:
         env["megatron_core_path"] = str(Path(mc.__file__).parent)
     except Exception as exc:  # noqa: BLE001
         env["megatron_core"] = f"import failed: {type(exc).__name__}: {exc}"
+    try:  # located, not imported (CP>1 checks import it through megatron's TE spec)
+        te = importlib.util.find_spec("transformer_engine")
+    except (ImportError, ValueError):
+        te = None
+    if te is not None and te.submodule_search_locations:
+        env["transformer_engine_path"] = str(list(te.submodule_search_locations)[0])
     return env
 
 

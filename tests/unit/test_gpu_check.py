@@ -317,3 +317,140 @@ def test_gpu_part_runs_on_a_gpu():
     rep = json.loads(proc.stdout)
     assert proc.returncode == 0, rep
     assert any(c["name"] == "full" and c["status"] == "PASS" for c in rep["checks"])
+
+
+# -- precision and attention backend per CP size (issue 17) ---------------------------------
+
+
+def test_cp1_checks_keep_fp32_local_attention():
+    plan = gc.precision_plan(1)
+    assert (plan.cp, plan.dtype, plan.attention, plan.needs_te) == (1, "float32", "local", False)
+    assert plan.label() == "CP=1 fp32 local attention"
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_cp_above_1_runs_bf16_with_transformer_engine_attention(cp):
+    # No TE attention backend does context parallelism in fp32 (unfused refuses CP, fused
+    # cuDNN needs bf16/fp16): an fp32 model at CP=2 fails with "No dot product attention
+    # backend is available". The old check built every model in fp32.
+    plan = gc.precision_plan(cp)
+    assert (plan.dtype, plan.attention, plan.needs_te) == ("bfloat16", "transformer_engine", True)
+    assert plan.label() == f"CP={cp} bf16 TE attention"
+
+
+def test_cp1_reference_uses_the_cp_runs_precision():
+    ref = gc.precision_plan(1, reference=True)
+    assert (ref.cp, ref.dtype, ref.attention) == (1, "bfloat16", "transformer_engine")
+    assert (ref.dtype, ref.attention) == (gc.precision_plan(2).dtype, gc.precision_plan(2).attention)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.0, "2"])
+def test_precision_plan_rejects_bad_cp(bad):
+    with pytest.raises(ValueError):
+        gc.precision_plan(bad)
+
+
+def test_model_config_is_bf16_at_cp2_and_fp32_at_cp1():
+    kw2 = gc.transformer_config_kwargs(gc.precision_plan(2), recompute=True)
+    assert kw2["params_dtype"] == "bfloat16" and kw2["bf16"] is True
+    assert kw2["context_parallel_size"] == 2
+    assert (kw2["recompute_granularity"], kw2["recompute_method"], kw2["recompute_num_layers"]) == ("full", "uniform", 1)
+    kw1 = gc.transformer_config_kwargs(gc.precision_plan(1), recompute=False)
+    assert kw1["params_dtype"] == "float32" and kw1["bf16"] is False
+    assert kw1["context_parallel_size"] == 1 and "recompute_granularity" not in kw1
+    # same model otherwise: the CP=1 reference and the CP=2 run share weights by name
+    ref = gc.transformer_config_kwargs(gc.precision_plan(1, reference=True), recompute=True)
+    assert {k: v for k, v in ref.items() if k != "context_parallel_size"} == {
+        k: v for k, v in kw2.items() if k != "context_parallel_size"
+    }
+
+
+def test_cp_chunk_positions_are_megatrons_load_balanced_split():
+    assert gc.cp_chunk_positions(8, 1, 0) == list(range(8))
+    assert gc.cp_chunk_positions(8, 2, 0) == [0, 1, 6, 7]
+    assert gc.cp_chunk_positions(8, 2, 1) == [2, 3, 4, 5]
+    for cp in (1, 2, 4):
+        held = sorted(p for r in range(cp) for p in gc.cp_chunk_positions(32, cp, r))
+        assert held == list(range(32))
+    with pytest.raises(ValueError):
+        gc.cp_chunk_positions(30, 4, 0)  # not divisible into 2*cp chunks
+    with pytest.raises(ValueError):
+        gc.cp_chunk_positions(32, 2, 2)
+
+
+def test_mtp_token_counts_follow_the_rolled_mask():
+    # one MTP layer: the last position of each sequence has no MTP label; it is in chunk
+    # 2cp-1, held by CP rank 0
+    assert gc.mtp_token_counts(32, 2, 1, 0) == (62, 62)
+    assert gc.mtp_token_counts(32, 2, 2, 0) == (30, 62)
+    assert gc.mtp_token_counts(32, 2, 2, 1) == (32, 62)
+    for cp in (2, 4):
+        assert sum(gc.mtp_token_counts(32, 2, cp, r)[0] for r in range(cp)) == 62
+
+
+# -- CP=1 vs CP=2 comparison ------------------------------------------------------------------
+
+REF = {"main_loss": 4.85, "mtp_loss": 4.86, "mtp_grad_norm": 0.1, "decoder_grad_norm": 0.12, "mtp_grad_rel_l2": 0.0}
+
+
+def by_metric(comps):
+    return {c.metric: c for c in comps}
+
+
+def test_compare_passes_within_tolerance():
+    got = {"main_loss": 4.85 * (1 + 9e-3), "mtp_loss": 4.86, "mtp_grad_norm": 0.1 * (1 - 4.9e-2),
+           "decoder_grad_norm": 0.12, "mtp_grad_rel_l2": 0.049}
+    comps = gc.compare_cp_metrics(REF, got)
+    assert [c.metric for c in comps] == ["main_loss", "mtp_loss", "mtp_grad_norm", "decoder_grad_norm", "mtp_grad_rel_l2"]
+    assert all(c.ok for c in comps), [c.describe() for c in comps]
+    assert "FAIL" not in "; ".join(c.describe() for c in comps)
+
+
+def test_compare_stated_tolerances():
+    tol = {m: t for m, _, t, _ in gc.CP_COMPARE_METRICS}
+    assert tol == {"main_loss": 1e-2, "mtp_loss": 1e-2, "mtp_grad_norm": 5e-2, "decoder_grad_norm": 5e-2,
+                   "mtp_grad_rel_l2": 5e-2}
+
+
+@pytest.mark.parametrize(
+    "metric, value",
+    [
+        ("main_loss", 4.85 * 1.011),
+        ("mtp_loss", 4.86 * 0.98),
+        ("mtp_grad_norm", 0.1 * 1.06),
+        ("decoder_grad_norm", 0.12 * 0.9),
+        ("mtp_grad_rel_l2", 0.051),
+        ("main_loss", float("nan")),
+        ("mtp_grad_norm", float("inf")),
+    ],
+)
+def test_compare_fails_outside_tolerance(metric, value):
+    got = dict(REF, **{metric: value})
+    comps = by_metric(gc.compare_cp_metrics(REF, got))
+    assert not comps[metric].ok
+    assert comps[metric].describe().endswith("FAIL")
+    assert all(c.ok for m, c in comps.items() if m != metric)
+
+
+def test_compare_zero_reference():
+    # mtp-only: no decoder gradient on either side is a match; a leak on one side is not
+    assert by_metric(gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=0.0)))[
+        "decoder_grad_norm"].ok
+    assert not by_metric(gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=1e-6)))[
+        "decoder_grad_norm"].ok
+    assert gc.relative_difference(0.0, 0.0) == 0.0
+    assert gc.relative_difference(0.0, 1.0) == float("inf")
+    assert gc.relative_difference(2.0, 2.1) == pytest.approx(0.05)
+
+
+def test_compare_missing_metrics():
+    # optional metrics missing on both sides are left out; required ones fail
+    ref = {k: v for k, v in REF.items() if k != "mtp_loss"}
+    comps = by_metric(gc.compare_cp_metrics(ref, dict(ref)))
+    assert "mtp_loss" not in comps and all(c.ok for c in comps.values())
+    comps = by_metric(gc.compare_cp_metrics(REF, {k: v for k, v in REF.items() if k != "mtp_grad_norm"}))
+    assert not comps["mtp_grad_norm"].ok and "missing" in comps["mtp_grad_norm"].describe()
+    comps = by_metric(gc.compare_cp_metrics(REF, dict(REF, mtp_loss=None)))  # one side only: fail
+    assert not comps["mtp_loss"].ok
+    comps = by_metric(gc.compare_cp_metrics({}, {}))
+    assert {m for m, c in comps.items() if not c.ok} == {"main_loss", "mtp_grad_norm", "mtp_grad_rel_l2"}
