@@ -182,14 +182,14 @@ def test_registry_killed_mid_push_leaves_no_new_tag_anywhere(world, proxy, tmp_p
     assert proxy.dead, (proxy.requests, proc.stdout[-2000:], proc.stderr[-2000:])
     assert "tagged  " in proc.stdout, "the run must have tagged before it pushed"
     _clean_failure(proc)
-    assert f"docker push {proxy.address}/{ns}/mtp-verl:{identity} failed" in proc.stderr
-    assert "(fix: check that registry" in proc.stderr
     assert _local(world, f"mtp-verl:{identity}") is None, "the new content tag was left"
     assert _local(world, f"mtp-verl:{PROFILE}") == before, "the profile tag was left moved"
     for tag in (identity, PROFILE):
         assert _local(world, f"{proxy.address}/{ns}/mtp-verl:{tag}") is None
     assert _digest(world, ns, PROFILE) == old
     assert _digest(world, ns, identity) is None
+    assert f"docker push {proxy.address}/{ns}/mtp-verl:{identity} failed" in proc.stderr
+    assert "(fix: check that registry" in proc.stderr
     host.docker("image", "rm", "--no-prune", f"mtp-verl:{PROFILE}", check=False)
     again = _cli(world, "--profile", PROFILE)      # leave the module's image as the fixture made it
     assert again.returncode == 0, again.stderr[-3000:]
