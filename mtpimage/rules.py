@@ -233,9 +233,9 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     tag = _cuda_tag(torch.version)
     major, minor = plan.cuda.split(".")[:2]
     want = f"{major}{minor}"
-    if tag is None and torch.index == "pypi":
+    if tag is None and torch.index == "pypi" and "+" not in torch.version:
         # PyPI carries one CUDA build per torch release, without a local version tag
-        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version.split("+")[0])
+        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
     if tag is None:
         return Verdict(FAIL, f"torch {torch.version} has no +cuXYZ build tag and is not a known "
                        "CUDA build on PyPI (a CPU or default build)")

@@ -49,23 +49,18 @@ def test_inheritance_states_only_differences():
     assert p.rollout_engine == "sglang"             # from base
 
 
-def test_build_requires_are_installed_right_before_their_source(tmp_path):
+def test_build_requires_are_installed_right_before_their_source():
     """Megatron-LM 0.19 builds with setuptools>=80, Megatron-Bridge 0.6 with setuptools<80:
-    each gets its own pinned build backend just before its --no-build-isolation install."""
+    each source is built in its own venv holding only its locked, hashed build backends."""
     from mtpimage.render import render
 
-    p = plan("mtp-cp-recompute")
-    dockerfile = render(p, manifest.DEFAULT_MANIFESTS).files["Dockerfile"].decode()
-    lines = dockerfile.splitlines()
-
-    def first(text, start=0):
-        return next(i for i, l in enumerate(lines) if i >= start and text in l)
-    mega_pins = first("setuptools==80.10.2")
-    mega_src = first("/tmp/mtp-src/megatron-lm", mega_pins)
-    bridge_pins = first("setuptools==79.0.1")
-    bridge_src = first("--no-build-isolation", bridge_pins)
-    assert mega_pins < mega_src < bridge_pins < bridge_src
-    assert "/tmp/mtp-src/megatron-bridge" in lines[bridge_src + 1]
+    files = render(plan("mtp-cp-recompute"), manifest.DEFAULT_MANIFESTS).files
+    mega = files["build/requirements/build-megatron-lm.txt"].decode()
+    bridge = files["build/requirements/build-megatron-bridge.txt"].decode()
+    assert "setuptools==80.10.2 --hash=sha256:" in mega and "setuptools==79.0.1 --hash=sha256:" in bridge
+    dockerfile = files["Dockerfile"].decode()
+    assert "build-source --name megatron-lm --src /tmp/mtp-src/megatron-lm" in dockerfile
+    assert "--build-requirements /tmp/mtp-build/requirements/build-megatron-bridge.txt" in dockerfile
 
 
 def test_build_requires_must_be_exact():
@@ -73,18 +68,27 @@ def test_build_requires_must_be_exact():
     assert proc.returncode == 2
 
 
-def test_lock_pins_transitive_dependencies_of_source_layers():
+def test_the_image_installs_exactly_the_lock_and_resolves_nothing():
     from mtpimage.render import render
 
     p = plan("mtp-cp-recompute")
-    assert len(p.locked) > 50                      # lock.yaml's resolved set, minus own pins
-    names = {x.split("==")[0] for x in p.locked}
-    assert not names & {"verl", "megatron-core", "sglang", "torch"}
+    assert len(p.locked) > 200                     # the whole resolved set, with files
+    names = {x[0] for x in p.locked}
+    assert {"torch", "sglang", "transformers", "triton", "setuptools"} <= names
+    assert not names & {"verl", "megatron-core", "megatron-bridge", "mbridge"}   # built from git
     files = render(p, manifest.DEFAULT_MANIFESTS).files
-    verl_layer = files["build/constraints/verl.txt"].decode().splitlines()
-    torch_layer = files["build/constraints/torch.txt"].decode().splitlines()
-    assert set(p.locked) <= set(verl_layer)
-    assert not set(p.locked) & set(torch_layer)    # package-only layers keep their cache
+    dockerfile = files["Dockerfile"].decode()
+    for line in dockerfile.splitlines():
+        if line.strip().startswith("pip install") and "--no-binary" not in line:
+            assert "--no-deps" in line and "--only-binary=:all:" in line, line
+    assert "--constraint" not in dockerfile and "pip check" not in dockerfile.replace("pip-check", "")
+    reqs = {k: v.decode() for k, v in files.items() if k.startswith("build/requirements/")}
+    hashed = [l for text in reqs.values() for l in text.splitlines()]
+    assert all(" --hash=sha256:" in l for l in hashed)
+    torch_layer = reqs["build/requirements/torch-pypi.txt"]
+    # torch's own requirements stay below it (setuptools<82, triton==3.6.0), never above
+    assert "torch==2.11.0 " in torch_layer and "triton==3.6.0 " in torch_layer
+    assert "setuptools==81." in torch_layer
     assert p.digest != build_plan(manifest.load(), manifest.resolve_profile(manifest.load(), "mtp-cp-recompute")).digest
 
 

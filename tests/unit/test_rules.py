@@ -159,9 +159,17 @@ def test_torch_cuda_match_default_passes():
     assert status("mtp-detach", "torch-cuda-match") == rules.PASS
 
 
-@pytest.mark.parametrize("version", ["2.11.0+cu128", "2.11.0", "2.11.0+cpu"])
+@pytest.mark.parametrize("version", ["2.11.0+cu128", "2.10.0", "2.11.0+cpu"])
 def test_torch_cuda_match_mismatch_fails(version):
+    # 2.10.0: a PyPI torch whose CUDA build the facts do not name
     assert status("mtp-detach", "torch-cuda-match", [f"torch.version={version}"]) == rules.FAIL
+
+
+def test_pypi_torch_is_matched_by_the_facts_table_only_on_pypi(tmp_path):
+    root = copy_manifests(tmp_path)
+    edit_yaml(root / "components.yaml", lambda d: (d["indexes"].update({"other": "https://example.org/simple"}),
+                                                   d["packages"]["torch"].update(index="other")))
+    assert status("mtp-detach", "torch-cuda-match", root=root) == rules.FAIL
 
 
 def test_torch_cuda_match_base_tag_mismatch_fails(tmp_path):
