@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import manifest, rules
-from .errors import EXIT_INPUT, EXIT_RULES, BuilderError, InputError
+from .errors import EXIT_ENV, EXIT_INPUT, EXIT_RULES, BuilderError, InputError
 from .modelconfig import model_warnings
 from .plan import IMAGE_REPOSITORY, Plan, build_plan, verl_facts
 from .report import print_check, print_plan
@@ -117,21 +117,57 @@ def cmd_check(args) -> int:
     m = _load(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
     reports = []
+    unfetched: dict[str, str] = {}      # component -> why its source could not be fetched
+    fetch = _remembering_fetch() if args.probe_sources else None
     for name in names:
         plan = plan_for(m, name, getattr(args, "sets", None))
         probes = None
+        missing: dict[str, str] = {}
         if args.probe_sources:
-            from .probes import probe_plan
-            probes = probe_plan(plan, m.root)
-        reports.append((plan, rules.evaluate(plan, probes)))
-    failed = any(rules.errors(res) for _, res in reports)
+            from .probes import SourceSet, probe_plan
+            # One source that cannot be fetched does not stop the others from being probed:
+            # its rules are UNKNOWN with the reason, and the exit status says so at the end.
+            ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
+            probes = probe_plan(plan, m.root, ss)
+            missing = dict(ss.failed)
+            unfetched.update(missing)
+        reports.append((plan, rules.evaluate(plan, probes), missing))
+    failed = any(rules.errors(res) for _, res, _ in reports)
     if args.json:
         print(json.dumps([{"profile": p.profile, "image": p.image, "ok": not rules.errors(res),
-                           "rules": [r.to_dict() for r in res]} for p, res in reports], indent=2))
+                           "rules": [r.to_dict() for r in res],
+                           **({"unfetched_sources": miss} if args.probe_sources else {})}
+                          for p, res, miss in reports], indent=2))
     else:
-        for plan, res in reports:
+        for plan, res, _ in reports:
             print_check(plan, res)
-    return EXIT_RULES if failed else 0
+    if unfetched:
+        what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
+        print(f"error: check --probe-sources: could not fetch {what}; the rules that need "
+              f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above (fix: check that the pinned "
+              "commit exists upstream and the repository is reachable, e.g. git ls-remote REPO, "
+              "then run again)", file=sys.stderr)
+    if failed:
+        return EXIT_RULES
+    return EXIT_ENV if unfetched else 0
+
+
+def _remembering_fetch():
+    """sources.fetch that fails at once for a (repo, commit) that already failed this run,
+    instead of retrying it for every profile that pins it."""
+    from . import sources
+
+    failures: dict[tuple[str, str], Exception] = {}
+
+    def fetch(repo: str, commit: str):
+        if (repo, commit) in failures:
+            raise failures[(repo, commit)]
+        try:
+            return sources.fetch(repo, commit)
+        except sources.GitError as exc:
+            failures[(repo, commit)] = exc
+            raise
+    return fetch
 
 
 def cmd_explain(args) -> int:

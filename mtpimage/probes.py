@@ -30,6 +30,7 @@ from typing import Callable
 
 from . import rules as rules_mod
 from . import sources
+from .errors import BuilderError
 from .plan import Component, Plan
 from .rules import FAIL, NA, PASS, UNKNOWN, Verdict
 
@@ -251,25 +252,34 @@ def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
 
 @dataclass
 class SourceSet:
-    """Fetched trees of a plan's components, memoized; offline sources remembered, not raised."""
+    """Fetched trees of a plan's components, memoized; offline sources remembered, not raised.
+
+    With keep_going (`check --probe-sources`), a source that answered with an error (a
+    missing commit, a refused connection) is remembered in `failed` instead of raised: the
+    probes of every other source still run, and the rules needing this one are UNKNOWN."""
 
     indexes: dict[str, str] = field(default_factory=dict)         # index name -> URL
     trees: dict[str, Path] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)     # component -> reason
     fetcher: Callable[[str, str], sources.Tree] | None = None    # default: sources.fetch
+    keep_going: bool = False
+    failed: dict[str, str] = field(default_factory=dict)          # component -> reason
 
     def tree(self, comp: Component) -> Path | None:
         if comp.name in self.trees:
             return self.trees[comp.name]
-        if comp.name in self.unavailable:
+        if comp.name in self.unavailable or comp.name in self.failed:
             return None
         if comp.source == "git":
             try:
                 t = (self.fetcher or sources.fetch)(comp.repo, comp.commit)
             except sources.GitError as exc:
-                if not exc.offline:
+                if exc.offline:
+                    self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
+                    return None
+                if not self.keep_going:
                     raise
-                self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
+                self.failed[comp.name] = f"{comp.repo} commit {comp.commit[:12]}: git says: {exc.stderr}"
                 return None
             self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
             return self.trees[comp.name]
@@ -279,12 +289,19 @@ class SourceSet:
         except pydeps.IndexUnreachable as exc:
             self.unavailable[comp.name] = str(exc)
             return None
+        except BuilderError as exc:
+            if not self.keep_going:
+                raise
+            self.failed[comp.name] = f"{comp.package}=={comp.version}: {exc.one_line()}"
+            return None
         self.trees[comp.name] = path
         return path
 
 
 def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:
     tree = ss.tree(comp)
+    if tree is None and comp.name in ss.failed:
+        return Verdict(UNKNOWN, f"not decided: the sglang source could not be fetched ({ss.failed[comp.name]})")
     if tree is None:
         reason = ss.unavailable.get(comp.name, "not fetched")
         if "sglang-ipc-unwrap" in comp.provides():
@@ -328,6 +345,9 @@ def probe_plan(plan: Plan, manifests_root: Path | None = None,
         return None if base.status == NA else base
 
     def unavailable(comp: Component, base: Verdict) -> Verdict:
+        if comp.name in ss.failed:
+            return Verdict(UNKNOWN, f"not decided: the {comp.name} source could not be fetched "
+                           f"({ss.failed[comp.name]})")
         return Verdict(base.status, f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); "
                        f"known pins: {base.detail}")
 

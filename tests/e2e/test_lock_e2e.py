@@ -65,6 +65,37 @@ def test_probe_finds_broken_signature_in_unknown_commit(git_env, fast_net, tmp_p
     assert any(t.name == broken for t in trees) and any(t.name == fixed for t in trees)
 
 
+def test_probe_sources_keeps_going_past_a_source_that_cannot_be_fetched(git_env, fast_net, tmp_path,
+                                                                         http_server, fixture_repos,
+                                                                         monkeypatch):
+    """A pinned commit that is not upstream: the other sources are still fetched and their
+    probes decided and shown; the rule needing the missing one is UNKNOWN with git's reason;
+    stderr has one error line naming it; exit 3 at the end."""
+    m = standin_manifests(tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch))
+    absent = "1234567" * 5 + "12345"                     # 40 hex, in no stand-in repository
+    proc = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
+                 "--set", f"megatron-lm.commit={absent}", "--json")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    [report] = __import__("json").loads(proc.stdout)
+    res = {r["id"]: r for r in report["rules"]}
+    assert res["recompute-padding-mask"]["status"] == "unknown", res["recompute-padding-mask"]
+    assert "could not be fetched" in res["recompute-padding-mask"]["detail"]
+    assert absent[:12] in res["recompute-padding-mask"]["detail"]
+    # the sources that were fetched were probed and decided
+    for rid in ("mimo-needs-bridge-2387", "mbridge-mcore-017"):
+        assert res[rid]["status"] == "pass" and res[rid]["evidence"] == "probe", res[rid]
+    assert set(report["unfetched_sources"]) == {"megatron-lm"}
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: check --probe-sources: could not fetch megatron-lm (") and "(fix:" in line
+
+    text = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
+                 "--set", f"megatron-lm.commit={absent}")
+    assert text.returncode == 3
+    assert "UNKNOWN recompute-padding-mask: not decided: the megatron-lm source could not be fetched" in text.stdout
+    assert f"{PROFILE}: ok" in text.stdout
+
+
 def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path, http_server, monkeypatch):
     repos = private_git_world.repos
     m = standin_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
