@@ -14,7 +14,8 @@
 #      the tests read (source it, or let tests/conftest.py detect the same things).
 #
 # Settings (environment):
-#   MTP_TEST_STATE_DIR     state, logs and pid files   (default /var/lib/mtp-test-host)
+#   MTP_TEST_STATE_DIR     state, logs, pid files and the registry's storage
+#                          (default /var/lib/mtp-test-host)
 #   MTP_TEST_REGISTRY      host:port of the registry   (default 127.0.0.1:5000)
 #   MTP_TEST_BASE_IMAGE    base image name             (default mtp-test-base:bookworm)
 #   MTP_TEST_DEBIAN_MIRROR debootstrap mirror          (default http://deb.debian.org/debian)
@@ -125,7 +126,10 @@ if registry_up; then
 else
     t=$(date +%s.%N)
     command -v docker-registry > /dev/null || die "docker-registry not installed"
-    storage=$(mktemp -d /tmp/mtp-test-registry.XXXXXX)
+    # Under STATE_DIR, not a fresh temp dir: a restarted registry (or one started after a
+    # reboot) still serves every image pushed to it before.
+    storage="$STATE_DIR/registry-storage"
+    mkdir -p "$storage"
     cat > "$STATE_DIR/registry.yml" <<EOF
 version: 0.1
 log:
