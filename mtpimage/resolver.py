@@ -147,15 +147,53 @@ def target_tags(python: str) -> list:
     return tags
 
 
+def _html_files(url: str, text: str) -> list[dict]:
+    """PEP 503 (HTML) simple page -> PEP 691-like file list; a link without a `#sha256=`
+    fragment is downloaded and hashed (plain directory listings serve no hashes)."""
+    import hashlib
+    from html.parser import HTMLParser
+    from urllib.parse import urljoin
+
+    import requests
+
+    links: list[str] = []
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                href = dict(attrs).get("href")
+                if href:
+                    links.append(href)
+    P().feed(text)
+    files = []
+    for href in links:
+        full = urljoin(url, href)
+        base, _, frag = full.partition("#")
+        digest = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
+        fname = base.rsplit("/", 1)[-1]
+        if digest is None and fname.endswith((".whl", ".tar.gz")):
+            h = hashlib.sha256()
+            with requests.get(base, timeout=pydeps._timeout(), verify=pydeps.ca_bundle() or True,
+                              stream=True) as r:
+                r.raise_for_status()
+                for chunk in r.iter_content(1 << 20):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        files.append({"filename": fname, "hashes": {"sha256": digest} if digest else {}})
+    return files
+
+
 def _page(index_url: str, name: str) -> dict:
     import requests
     url = f"{pydeps.rewrite(index_url).rstrip('/')}/{name}/"
     for attempt in range(pydeps._attempts()):
         try:
             r = requests.get(url, timeout=pydeps._timeout(), verify=pydeps.ca_bundle() or True,
-                             headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+                             headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
             if r.status_code == 200:
-                return r.json()
+                if "json" in r.headers.get("content-type", ""):
+                    return r.json()
+                return {"files": _html_files(url, r.text)}
             if r.status_code == 404:
                 return {"files": []}
         except requests.RequestException as exc:

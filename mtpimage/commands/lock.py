@@ -178,9 +178,8 @@ class Locker:
                                f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
                                "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
                                "metadata and never guesses it)")
-        sub = tree if c.subdir in ("", ".") else tree / c.subdir
         try:
-            meta = srcmeta.read(sub)
+            meta = srcmeta.read(tree)           # SourceSet trees already point into subdir
         except srcmeta.MetadataUnreadable as exc:
             raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}",
                              f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",

@@ -103,15 +103,19 @@ def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path
 
     first = build("lock", "--manifests", str(m), "--profile", PROFILE)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "NOT verified" in first.stdout and "torch" in first.stdout   # unreachable index named
+    assert "NOT verified" in first.stdout and "transformer-engine" in first.stdout   # unreachable index named
     a = lock.read_bytes()
     doc = yaml.safe_load(a)
     assert doc["components"]["megatron-lm"]["verified"] is True
-    assert doc["packages"]["torch"] == {"version": "2.11.0+cu130", "index": "pytorch-cu130"}
+    assert doc["packages"]["torch"] == {"version": "2.11.0", "index": "pypi"}
     pyset = doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
     assert pyset["resolved"] is True
-    assert pyset["packages"]["sglang-kernel"]["sha256"]
-    assert "torch" in pyset["unverified"] and "unreachable" in pyset["unverified"]["torch"]
+    # every file from a reachable index is pinned by sha256 (a plain directory listing is hashed)
+    assert pyset["packages"]["sglang-kernel"]["sha256"] and pyset["packages"]["torch"]["sha256"]
+    assert pyset["packages"]["torch"]["layer"] == "torch"
+    assert pyset["packages"]["verl"]["source"] == "git (verl)"
+    te = pyset["packages"]["transformer-engine"]
+    assert te["verified"] is False and "unreachable" in pyset["unverified"]["transformer-engine"]
 
     again = build("lock", "--manifests", str(m), "--profile", PROFILE)
     assert again.returncode == 0, again.stderr
