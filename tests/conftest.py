@@ -5,11 +5,15 @@ Git (session): ``git_world`` (fixture repos + git daemon + git config), ``fixtur
 ``https://github.com/<owner>/...`` resolves to the loopback daemon), ``private_git_world``
 (fresh repos and daemon a test may change or stop). HTTP (function): ``http_server``.
 Docker (session): ``docker_host``, ``registry``: they fail loudly when the host is not
-prepared; set MTP_ALLOW_SKIP_E2E=1 to skip instead.
+prepared; set MTP_ALLOW_SKIP_E2E=1 to skip instead. ``registry`` is the session's own
+registry (tests/fixtures/dockerhost.py), gone with the session together with every local
+tag under its address and every image built FROM its base: tests leave only caches.
+Temporary directories of passing tests are removed (pytest.ini: tmp_path_retention_policy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -20,7 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.dockerhost import DockerHost, probe_docker_host  # noqa: E402
+from tests.fixtures.dockerhost import (  # noqa: E402
+    DockerHost,
+    private_registry,
+    probe_docker_host,
+    remove_session_images,
+)
 from tests.fixtures.servers import GitWorld, HttpFileServer, serve_git_world  # noqa: E402
 
 # No registry on the internet is reachable: testcontainers must not try to pull its reaper.
@@ -81,11 +90,22 @@ def _docker_probe():
 
 
 @pytest.fixture(scope="session")
-def docker_host(_docker_probe) -> DockerHost:
+def docker_host(_docker_probe, tmp_path_factory) -> DockerHost:
     host, problems = _docker_probe
     if host is None:
         _e2e_unavailable(problems)
-    return host
+    try:
+        registry = private_registry(tmp_path_factory.mktemp("registry"))
+        address = registry.__enter__()
+    except RuntimeError as exc:
+        _e2e_unavailable([str(exc)])
+    if os.environ.get("MTP_TEST_SESSION_FILE"):   # tests/e2e/test_cleanup.py watches a session
+        Path(os.environ["MTP_TEST_SESSION_FILE"]).write_text(f"registry={address}\n")
+    try:
+        yield dataclasses.replace(host, registry=address)
+    finally:
+        remove_session_images(host.cli, [f"{address}/"])
+        registry.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
@@ -96,5 +116,5 @@ def docker_available(docker_host) -> DockerHost:
 
 @pytest.fixture(scope="session")
 def registry(docker_host) -> str:
-    """host:port of the loopback registry (checked to answer GET /v2/)."""
+    """host:port of the session's own loopback registry (answering GET /v2/)."""
     return docker_host.registry

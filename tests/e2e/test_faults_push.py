@@ -13,6 +13,7 @@ import uuid
 import pytest
 import requests
 
+from tests.fixtures.dockerhost import remove_session_images
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.image_fixtures import image_world, run_build
 
@@ -38,6 +39,7 @@ def proxy(world):
     with FaultProxy(world["host"].registry) as p:
         yield p
         FAULTS.extend(p.injected)
+    remove_session_images(world["host"].cli, [f"{p.address}/"])   # tags naming the proxy
 
 
 def _cli(world, *args):
