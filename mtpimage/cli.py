@@ -90,9 +90,11 @@ def plan_for(m: manifest.Manifests, name: str, sets) -> Plan:
 
     from .lockfile import locked_requirements
 
+    from .substitute import apply as substitute
+
     plan = build_plan(m, manifest.resolve_profile(m, name, sets))
     locked = locked_requirements(m, plan)
-    return dataclasses.replace(plan, locked=locked) if locked else plan
+    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan)
 
 
 def cmd_list(args) -> int:

@@ -112,6 +112,7 @@ class Plan:
     overrides: tuple[tuple[str, str, str], ...] = ()
     excludes: tuple[tuple[str, str, str], ...] = ()
     sdists: tuple[tuple[str, str], ...] = ()      # (package, why): the only builds from an sdist
+    substitutions: tuple[tuple[str, str], ...] = ()   # (what, detail): see substitute.py
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:

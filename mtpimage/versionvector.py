@@ -72,6 +72,11 @@ def version_vector(plan: Plan) -> dict:
         "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
         "probes": probes_for(plan),
+        "resolution": {"overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+                       "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
+                       "sdists": [{"package": n, "why": w} for n, w in plan.sdists]},
+        "python_packages": {e[0]: e[1] for e in plan.locked if not e[2].startswith("build:")},
+        "substitutions": [{"what": w, "detail": d} for w, d in plan.substitutions],
     }
 
 
@@ -108,6 +113,8 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         out["org.opencontainers.image.source"] = verl.repo or ""
     for c in plan.components:
         out[f"{LABEL_NS}.component.{c.name}"] = c.pin
+    if plan.substitutions:
+        out[f"{LABEL_NS}.substitutions"] = "; ".join(f"{w}: {d}" for w, d in plan.substitutions)
     for target, lines in plan.verl_overrides:
         out[f"{LABEL_NS}.verl-overrides.{target}"] = " ".join(lines)
     return dict(sorted(out.items()))
