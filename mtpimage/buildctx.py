@@ -33,38 +33,31 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def fetch_archive(comp: Component) -> bytes:
-    """`git archive` of the component's pinned commit (a tar), fetched or from the cache."""
+    """A tar of the component's pinned commit, from the one git fetcher (sources.fetch: cache
+    keyed by repository and commit, retries, url.insteadOf mirrors, partial mirrors opted in)."""
+    from . import sources
+
     assert comp.source == "git" and comp.commit and comp.repo
-    cache = cache_dir() / f"{comp.commit}.tar"
-    if cache.is_file():
-        data = cache.read_bytes()
-        meta = cache.with_suffix(".sha256")
-        if meta.is_file() and meta.read_text().strip() == hashlib.sha256(data).hexdigest():
-            return data
-    with tempfile.TemporaryDirectory(prefix="mtp-src-") as tmp:
-        repo = Path(tmp)
-        steps = [["init", "-q"], ["fetch", "-q", "--depth", "1", comp.repo, comp.commit]]
-        for args in steps:
-            proc = _git(args, repo)
-            if proc.returncode != 0:
-                raise EnvironmentProblem(
-                    f"git {' '.join(args[:2])} {comp.repo} {comp.commit} failed for {comp.name}: "
-                    f"{proc.stderr.decode(errors='replace').strip()[-300:]} (fix: check network access, "
-                    "or point git at a mirror with url.<mirror>.insteadOf)")
-        head = _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).stdout.decode().strip()
-        if head != comp.commit:
-            raise EnvironmentProblem(f"{comp.repo} gave commit {head} for {comp.name}, the plan pins "
-                                     f"{comp.commit}")
-        proc = _git(["archive", "--format=tar", comp.commit], repo)
-        if proc.returncode != 0:
-            raise EnvironmentProblem(f"git archive {comp.commit} failed: {proc.stderr.decode()[-300:]}")
-        data = proc.stdout
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmpf = cache.with_suffix(".tmp")
-    tmpf.write_bytes(data)
-    tmpf.replace(cache)
-    cache.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
-    return data
+    try:
+        tree = sources.fetch(comp.repo, comp.commit)
+    except sources.GitError as exc:
+        raise EnvironmentProblem(f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
+                                 "or point git at a mirror with url.<mirror>.insteadOf)") from None
+    proc = _git(["ls-files", "-z", "--cached"], tree.path)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"git ls-files in the {comp.name} cache failed: {proc.stderr.decode()[-300:]}")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(x for x in proc.stdout.decode().split("\0") if x):
+            path = tree.path / rel
+            if not path.is_file() or path.is_symlink():
+                continue          # sparse (missing from the mirror) or a link: not needed to install
+            info = tarfile.TarInfo(rel)
+            info.size = path.stat().st_size
+            info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+    return buf.getvalue()
 
 
 def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, int]]:
@@ -76,7 +69,11 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
             data = tar.extractfile(member).read()
             mode = 0o755 if member.mode & 0o111 else 0o644
             out.append((f"src/{comp.name}/{member.name}", data, mode))
+    from . import sources
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
+    missing = sources.missing_paths(sources.tree_dir(comp.repo, comp.commit))
+    if missing:
+        origin["missing_from_mirror"] = missing
     out.append((f"src/{comp.name}/.mtp-source.json",
                 (json.dumps(origin, indent=2, sort_keys=True) + "\n").encode(), 0o644))
     return out
