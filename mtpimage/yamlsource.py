@@ -136,8 +136,9 @@ def load_text(text: str, file: str) -> SourceDoc:
     if size > MAX_BYTES:
         raise InputError(file, None, f"{size} bytes; a manifest may have at most {MAX_BYTES}",
                          "split it or remove what is not a manifest")
-    loader = _BoundedLoader(text, file)
+    loader = None
     try:
+        loader = _BoundedLoader(text, file)    # its reader refuses unprintable characters
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -147,7 +148,8 @@ def load_text(text: str, file: str) -> SourceDoc:
     except yaml.YAMLError as exc:
         raise InputError(file, None, f"invalid YAML: {exc}", "fix the YAML syntax") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if node is None:
         return SourceDoc(file, None, {})
     lines: dict = {}

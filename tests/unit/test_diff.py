@@ -295,12 +295,18 @@ def test_image_without_vector_or_missing_image_is_an_input_error():
         vvdiff.vector_from_image("x/y:z", client=client)
     assert client.log[-1] == ("remove", True)            # the created container is removed
     gone = FakeClient({}, {}, local=False)
-    with pytest.raises(InputError, match="no such image"):
-        vvdiff.vector_from_image("x/y:z", client=gone)
+    with pytest.raises(InputError, match="no such image, locally or in its registry"):
+        vvdiff.vector_from_image("ghcr.io/x/y:z", client=gone)
     assert [op[0] for op in gone.log] == ["get", "pull"]
+    # a name without a registry host is not looked up on docker.io (issue #13)
+    bare = FakeClient({}, {}, local=False)
+    with pytest.raises(InputError, match="no such image in the local Docker engine"):
+        vvdiff.vector_from_image("x/y:z", client=bare)
+    assert [op[0] for op in bare.log] == ["get"]
 
 
 def test_unreachable_docker_is_an_environment_error(tmp_path):
     proc = run_cli("diff", "mtp-detach", "ghcr.io/acme/mtp-verl:mtp-detach",
                    env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
-    assert_one_line_error(proc, "cannot read image ghcr.io/acme/mtp-verl:mtp-detach", code=3)
+    assert_one_line_error(proc, "the Docker engine cannot be reached at", "no-docker.sock (from DOCKER_HOST)",
+                          code=3)
