@@ -1031,27 +1031,42 @@ class Runner:
         return CheckResult(spec.name, PASS, "; ".join(details))
 
 
-def _mtp_tracker_clean() -> None:
-    """Zero megatron's MTP loss logging tracker (0.19: clean_metrics_in_tracker; older:
-    clean_loss_in_tracker) so that it holds one forward's MTP loss."""
-    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper as H
+def zero_mtp_tracker(tracker) -> None:
+    """Zero the loss (and acceptance) values in megatron's MTP logging tracker, whichever
+    layout it has (0.19: loss_values/correct_values/total_values; 0.18: values), so that it
+    holds one forward's MTP loss. Done here rather than with megatron's own clean function:
+    0.18's clean_loss_in_tracker raises KeyError while nothing has been tracked yet."""
+    if not isinstance(tracker, dict):
+        return
+    for key in ("loss_values", "values", "correct_values", "total_values"):
+        v = tracker.get(key)
+        if v is not None:
+            v.zero_()
 
-    for fn in ("clean_metrics_in_tracker", "clean_loss_in_tracker"):
-        if hasattr(H, fn):
-            getattr(H, fn)()
-            return
+
+def mtp_tracker_loss(tracker) -> float | None:
+    """The first MTP layer's loss in megatron's logging tracker (this rank's mean over its own
+    MTP tokens), or None where the tracker holds none."""
+    if not isinstance(tracker, dict):
+        return None
+    v = tracker.get("loss_values")
+    if v is None:
+        v = tracker.get("values")
+    return None if v is None else float(v[0])
+
+
+def _mtp_tracker():
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+
+    return getattr(MTPLossLoggingHelper, "tracker", None)
+
+
+def _mtp_tracker_clean() -> None:
+    zero_mtp_tracker(_mtp_tracker())
 
 
 def _mtp_tracker_loss() -> float | None:
-    """The first MTP layer's loss from megatron's logging tracker (this rank's mean over its
-    own MTP tokens), or None where this megatron keeps no such tracker."""
-    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper as H
-
-    t = getattr(H, "tracker", None) or {}
-    v = t.get("loss_values", t.get("values"))
-    if v is None:
-        return None
-    return float(v[0])
+    return mtp_tracker_loss(_mtp_tracker())
 
 
 def _split_for_cp(torch, t, cp: int, cp_rank: int):

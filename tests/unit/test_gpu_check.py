@@ -454,3 +454,26 @@ def test_compare_missing_metrics():
     assert not comps["mtp_loss"].ok
     comps = by_metric(gc.compare_cp_metrics({}, {}))
     assert {m for m, c in comps.items() if not c.ok} == {"main_loss", "mtp_grad_norm", "mtp_grad_rel_l2"}
+
+
+class FakeTensor(list):
+    """Just enough of a tensor for the tracker helpers: indexing and zero_()."""
+
+    def zero_(self):
+        self[:] = [0.0] * len(self)
+        return self
+
+
+@pytest.mark.parametrize("key", ["loss_values", "values"])  # megatron-core 0.19 / 0.18 layouts
+def test_mtp_tracker_helpers_handle_both_layouts(key):
+    tracker = {key: FakeTensor([4.88]), "reduce_group": None}
+    assert gc.mtp_tracker_loss(tracker) == pytest.approx(4.88)
+    gc.zero_mtp_tracker(tracker)
+    assert tracker[key] == [0.0]
+
+
+def test_mtp_tracker_helpers_before_anything_was_tracked():
+    # megatron-core 0.18's own clean_loss_in_tracker raises KeyError('values') here
+    for tracker in ({}, {"reduce_group": None, "avg_group": None}, None):
+        gc.zero_mtp_tracker(tracker)
+        assert gc.mtp_tracker_loss(tracker) is None
