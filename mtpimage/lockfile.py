@@ -222,13 +222,15 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
         if diffs:
             raise InputError(where, f"packages.{p.name}", f"package {p.name} drifted: {'; '.join(diffs)}",
                              _fix())
-    locked_pkgs = set(profiles[plan.profile].get("packages") or [])
+    # A substitution (substitute.py) is not drift: it is recorded in the plan and the image.
+    omitted = {d.split("==", 1)[0] for w, d in plan.substitutions if w == "omitted"}
+    locked_pkgs = set(profiles[plan.profile].get("packages") or []) - omitted
     if locked_pkgs != {p.name for p in plan.packages}:
         raise InputError(where, f"profiles.{plan.profile}.packages",
                          "the profile's package list changed since the lock", _fix())
     base = lock.get("base_image") or {}
     diffs = _diff(base_pin(plan), {k: base.get(k) for k in ("name", "tag", "digest")})
-    if diffs:
+    if diffs and not any(w == "base_image" for w, _d in plan.substitutions):
         raise InputError(where, "base_image", f"base image drifted: {'; '.join(diffs)}", _fix())
     target = lock.get("target") or {}
     if str(target.get("python")) != plan.python:

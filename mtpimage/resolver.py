@@ -121,7 +121,7 @@ def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes
                "--annotation-style", "line", "--python-version", python,
                "--python-platform", UV_PLATFORM, "--prerelease", "if-necessary-or-explicit",
                "--overrides", str(tmpd / "overrides.txt"), "--excludes", str(tmpd / "excludes.txt")]
-        if index_urls:
+        if index_urls and index_urls[0]:
             cmd += ["--default-index", pydeps.rewrite(index_urls[0])]
             for url in index_urls[1:]:
                 cmd += ["--index", pydeps.rewrite(url)]

@@ -44,7 +44,7 @@ def version_vector(plan: Plan) -> dict:
         components.append({
             "name": c.name, "source": c.source, "package": c.package, "layer": c.layer,
             "repo": c.repo, "ref": c.ref, "commit": c.commit, "version": c.version,
-            "index": c.index, "extras": list(c.extras),
+            "index": c.index, "extras": list(c.extras), "dependencies_declared": c.deps_declared,
             "patches": [{"file": p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
                          "provides": list(p.provides)} for p in c.patches],
         })
@@ -71,6 +71,7 @@ def version_vector(plan: Plan) -> dict:
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
         "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
+        "entry_checks": {t: facts["entry_check"][t] for t in plan.targets},
         "probes": probes_for(plan),
         "resolution": {"overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
                        "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],

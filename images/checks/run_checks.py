@@ -117,10 +117,36 @@ def check_imports() -> list[dict]:
 
 
 # ------------------------------------------------------------------------------- pip check
-def check_pip() -> list[dict]:
+def _requirement_name(text: str) -> str:
+    return re.split(r"[<>=!~\[; ,]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def explained(line: str, vector: dict) -> bool:
+    """A `pip check` line is explained by the version vector when it concerns a package an
+    override or exclude of lock.yaml's resolution replaces, or a source installed without its
+    declared dependencies (upstream's --no-deps): exactly the declared differences."""
+    res = vector.get("resolution") or {}
+    required = {_requirement_name(o["requirement"]) for o in res.get("overrides", [])}
+    required |= {_requirement_name(e["package"]) for e in res.get("excludes", [])}
+    dependents = {c["package"].lower() for c in vector.get("components", [])
+                  if c.get("dependencies_declared") is False}
+    m = re.match(r"^(\S+) \S+ (?:requires|has requirement) (\S+)", line)
+    if not m:
+        return False
+    return m.group(1).lower() in dependents or _requirement_name(m.group(2)) in required
+
+
+def check_pip(vector: dict | None = None) -> list[dict]:
     proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    text = (proc.stdout + proc.stderr).strip().replace("\n", "; ")
-    return [result("pip-check", PASS if proc.returncode == 0 else FAIL, text or "ok")]
+    lines = [l for l in proc.stdout.splitlines() if l.strip() and not l.startswith("No broken")]
+    if proc.returncode == 0 and not lines:
+        return [result("pip-check", PASS, "no broken requirements")]
+    bad = [l for l in lines if not explained(l, vector or {})]
+    ok = len(lines) - len(bad)
+    if bad or (proc.returncode != 0 and not lines):
+        return [result("pip-check", FAIL, "; ".join(bad) or proc.stderr.strip()[-300:])]
+    return [result("pip-check", PASS, f"{ok} difference(s), each a declared override, exclude or "
+                   "no-deps source (lock.yaml resolution)")]
 
 
 # ------------------------------------------------------------------------------- versions
@@ -164,7 +190,15 @@ def check_versions(vector: dict) -> list[dict]:
         if want != got:
             problems.append(f"{comp['name']}: applied patches {got} != version vector {want}")
         ok += 1
+    exact = vector.get("python_packages") or {}
+    wrong = [f"{n} {_installed(n)} installed, lock {v}" for n, v in sorted(exact.items())
+             if _norm(_installed(n)) != _norm(v)]
+    if wrong:
+        problems.append("not the locked set: " + "; ".join(wrong[:20]) + (" ..." if len(wrong) > 20 else ""))
+    omitted = {s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"}
     for pkg in vector["packages"]:
+        if pkg["name"] in omitted:
+            continue
         have = _installed(pkg["name"])
         if have is None:
             problems.append(f"package {pkg['name']} not installed")
@@ -174,8 +208,9 @@ def check_versions(vector: dict) -> list[dict]:
             ok += 1
     if problems:
         return [result("versions", FAIL, "; ".join(problems))]
-    return [result("versions", PASS, f"{len(vector['components'])} components and "
-                   f"{len(vector['packages'])} packages match the version vector")]
+    return [result("versions", PASS, f"{len(vector['components'])} components, "
+                   f"{len(vector['packages'])} packages and {len(exact)} locked distributions match "
+                   "the version vector")]
 
 
 # ------------------------------------------------------------------------------- probes
@@ -294,12 +329,59 @@ def check_gpu(gpu: bool) -> list[dict]:
     return [result(name, PASS if proc.returncode == 0 else FAIL, detail)]
 
 
+# ------------------------------------------------------------------------------- entry points
+# What users start, without a GPU: each in its own interpreter, as users run it.
+LIBRARY_ENTRIES = [
+    ("megatron-core-mtp", "from megatron.core.transformer.multi_token_prediction import "
+                          "MultiTokenPredictionLayer, MultiTokenPredictionBlock"),
+    ("megatron-bridge", "from megatron.bridge import AutoBridge; AutoBridge.list_supported_models"),
+    ("mbridge", "from mbridge import AutoBridge"),
+    ("sglang-server-args", "import argparse; from sglang.srt.server_args import ServerArgs; "
+                           "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p); "
+                           "a = p.parse_args(['--model-path', '/models/x', '--speculative-algorithm', 'EAGLE']); "
+                           "assert a.speculative_algorithm == 'EAGLE'"),
+]
+
+
+def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
+    try:
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd="/")
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout} s"
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return proc.returncode, lines[-1] if lines else ""
+
+
+def check_entrypoints(vector: dict) -> list[dict]:
+    out = []
+    installed = {c["package"] for c in vector.get("components", [])}
+    for cid, code in LIBRARY_ENTRIES:
+        needs = {"megatron-core-mtp": "megatron-core", "megatron-bridge": "megatron-bridge",
+                 "mbridge": "mbridge", "sglang-server-args": "sglang"}[cid]
+        if needs not in installed:
+            continue
+        rc, last = _run_py(["-c", code])
+        out.append(result(f"entry:{cid}", PASS if rc == 0 else FAIL, "ok" if rc == 0 else last))
+    for target, spec in sorted((vector.get("entry_checks") or {}).items()):
+        overrides_file = HERE.parent / "verl" / f"{target}.overrides"
+        overrides = overrides_file.read_text().split() if overrides_file.is_file() else []
+        rc, last = _run_py(["-m", spec["module"], "--cfg", "job", *overrides])
+        detail = f"python -m {spec['module']} --cfg job + {len(overrides)} overrides"
+        if rc == 0 and spec.get("also_import"):
+            rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in spec["also_import"])])
+            detail += f"; import {', '.join(spec['also_import'])}"
+        out.append(result(f"entry:verl-{target}", PASS if rc == 0 else FAIL,
+                          detail if rc == 0 else f"{detail}: {last}"))
+    return out
+
+
 # ------------------------------------------------------------------------------- main
 def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
     vector = json.loads(VECTOR.read_text())
-    groups = [("imports", check_imports), ("pip-check", check_pip),
+    groups = [("imports", check_imports), ("pip-check", lambda: check_pip(vector)),
               ("versions", lambda: check_versions(vector)), ("probes", lambda: check_probes(vector)),
-              ("cuda-runtime", lambda: check_cuda(vector))]
+              ("cuda-runtime", lambda: check_cuda(vector)),
+              ("entrypoints", lambda: check_entrypoints(vector))]
     groups.append(("gpu", lambda: check_gpu(gpu)))
     results = []
     for gid, fn in groups:

@@ -232,16 +232,20 @@ class Locker:
             if c.source == "pypi":
                 requirements.append(f"{c.package}{extras}=={c.version}")
                 if reach[c.index]:
-                    raise BuilderError(f"lock failed: index {c.index} for {c.name} is unreachable: {reach[c.index]}")
+                    stubs[c.package] = {"version": c.version, "requires": []}
+                    unverified[c.package] = (f"index {c.index} unreachable ({reach[c.index]}): no file, "
+                                             "sha256 or dependencies")
                 continue
             version, stub = self._stub_for(plan, c)
             versions[c.package] = version
             requirements.append(f"{c.package}{extras}=={version}")
             stubs[c.package] = stub
+        # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
+        # alone still resolves (offline, --no-index); anything that needs the index fails there.
+        reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + \
+            [indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]]
         if reach["pypi"]:
-            raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: the default index is "
-                               f"unreachable: {reach['pypi']} (fix: MTP_INDEX_REWRITE to a mirror)")
-        reachable = [indexes["pypi"]] + [indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]]
+            self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
         overrides = [o[0] for o in plan.overrides]
         excludes = [e[0] for e in plan.excludes]
         stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in stubs.items()}

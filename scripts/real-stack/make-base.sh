@@ -39,6 +39,9 @@ if [ ! -f "$ROOT/.complete" ]; then
         trixie "$ROOT" "$MIRROR" > "$DIR/debootstrap.log" 2>&1 || { tail -20 "$DIR/debootstrap.log" >&2; exit 1; }
     log "Python 3.12 from $PY"
     mkdir -p "$ROOT$PY"; cp -a "$PY/." "$ROOT$PY/"
+    # a fresh interpreter's site-packages holds pip only: drop whatever this host added
+    find "$ROOT$PY/lib/python3.12/site-packages" -mindepth 1 -maxdepth 1 ! -name 'pip' ! -name 'pip-*.dist-info' \
+        ! -name README.txt -exec rm -rf {} +
     for b in python3.12 python3.12-config; do ln -sf "$PY/bin/$b" "$ROOT/usr/bin/$b"; done
     echo "$PY/lib" > "$ROOT/etc/ld.so.conf.d/python3.12.conf"
     log "CUDA toolkit from $CUDA"

@@ -8,7 +8,6 @@ cache consistent (each archive matches its recorded sha256).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -135,12 +134,15 @@ def test_two_concurrent_runs_of_one_profile_both_succeed(world):
     ids = {host.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
            for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}")}
     assert len(ids) == 1
-    cache = Path(world["env"]["MTP_CACHE_DIR"]) / "sources"
-    tars = sorted(cache.glob("*.tar"))
-    assert tars
-    for tar in tars:
-        assert tar.with_suffix(".sha256").read_text().strip() == hashlib.sha256(tar.read_bytes()).hexdigest()
-    assert not list(cache.glob("*.tmp")), "a half-written cache file was left"
+    # the one git fetcher's cache: complete trees under their commit, no half-fetched temp dir
+    cache = Path(world["env"]["MTP_CACHE_DIR"]) / "git"
+    trees = sorted(cache.glob("*/*/.git"))
+    assert trees
+    for tree in trees:
+        head = subprocess.run(["git", "-C", str(tree.parent), "rev-parse", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+        assert head == tree.parent.name
+    assert not list(cache.glob("*/.*-*")), "a half-fetched source tree was left"
     assert _snapshot(world["manifests"]) == before_manifests
 
 
