@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-requirements", type=Path)
     ap.add_argument("--index-url")
     ap.add_argument("--allowed", type=Path)
-    ap.add_argument("--name", required=True)
+    ap.add_argument("--name", default="")
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--src", type=Path)
     ap.add_argument("--package")
