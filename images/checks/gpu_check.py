@@ -19,9 +19,11 @@ requested mode, asserting what that mode promises:
                 to the trunk (decoder + embedding) and non-zero gradients to every
                 MTP parameter.
   cp-recompute  recompute_granularity=full, recompute_method=uniform,
-                recompute_num_layers=1 (and context_parallel_size=2 under a 2-rank
-                torchrun with TransformerEngine): the step completes and every MTP
-                parameter still gets a non-zero gradient.
+                recompute_num_layers=1: the step completes and every MTP parameter still
+                gets a non-zero gradient. Under a 2-rank torchrun also at
+                context_parallel_size=2, in bf16 with TransformerEngine attention (CP=1
+                stays fp32 with megatron's local attention; see precision_plan), compared
+                with a CP=1 bf16 run of the same weights and tokens (CP_COMPARE_METRICS).
   rollout       (version vector only) checked like mtp-only; see docs/gpu.md.
 
 Exit codes: 0 every check passed (SKIPs allowed), 1 a check failed, 2 usage error
