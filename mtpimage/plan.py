@@ -53,6 +53,7 @@ class Component:
     build_requires: tuple[str, ...] = ()
     deps_declared: bool = True              # False: installed without its own Requires-Dist
     deps_add: tuple[str, ...] = ()          # runtime needs its packaging omits
+    entry_checks: tuple = ()                # what users start from it (in-image checks)
 
     @property
     def pin(self) -> str:
@@ -156,6 +157,16 @@ class Plan:
         return f"{IMAGE_REPOSITORY}:{self.tag}"
 
 
+class _FrozenDict(dict):
+    """A dict that hashes (Plan is frozen); asdict() copies it as a plain dict."""
+    def __hash__(self):
+        return hash(json.dumps(self, sort_keys=True))
+
+
+def _freeze_dict(d: dict) -> dict:
+    return _FrozenDict({k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
 def _lists(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _lists(v) for k, v in value.items()}
@@ -228,6 +239,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             build_requires=tuple(c.get("build_requires", [])),
             deps_declared=(c.get("dependencies") or {}).get("declared", True),
             deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
+            entry_checks=tuple(_freeze_dict(e) for e in c.get("entry_checks", [])),
         )
         for name, c in rp.components.items()
     )

@@ -45,6 +45,7 @@ def version_vector(plan: Plan) -> dict:
             "name": c.name, "source": c.source, "package": c.package, "layer": c.layer,
             "repo": c.repo, "ref": c.ref, "commit": c.commit, "version": c.version,
             "index": c.index, "extras": list(c.extras), "dependencies_declared": c.deps_declared,
+            "entry_checks": [dict(e) for e in c.entry_checks if e.get("target", "") in ("",) + plan.targets],
             "patches": [{"file": p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
                          "provides": list(p.provides)} for p in c.patches],
         })
@@ -71,7 +72,6 @@ def version_vector(plan: Plan) -> dict:
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
         "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
-        "entry_checks": {t: facts["entry_check"][t] for t in plan.targets},
         "probes": probes_for(plan),
         "resolution": {"overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
                        "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],

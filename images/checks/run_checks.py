@@ -330,17 +330,8 @@ def check_gpu(gpu: bool) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------- entry points
-# What users start, without a GPU: each in its own interpreter, as users run it.
-LIBRARY_ENTRIES = [
-    ("megatron-core-mtp", "from megatron.core.transformer.multi_token_prediction import "
-                          "MultiTokenPredictionLayer, MultiTokenPredictionBlock"),
-    ("megatron-bridge", "from megatron.bridge import AutoBridge; AutoBridge.list_supported_models"),
-    ("mbridge", "from mbridge import AutoBridge"),
-    ("sglang-server-args", "import argparse; from sglang.srt.server_args import ServerArgs; "
-                           "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p); "
-                           "a = p.parse_args(['--model-path', '/models/x', '--speculative-algorithm', 'EAGLE']); "
-                           "assert a.speculative_algorithm == 'EAGLE'"),
-]
+# What users start, without a GPU, each in its own interpreter: the components' entry_checks
+# (components.yaml), carried by the version vector.
 
 
 def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
@@ -354,24 +345,22 @@ def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
 
 def check_entrypoints(vector: dict) -> list[dict]:
     out = []
-    installed = {c["package"] for c in vector.get("components", [])}
-    for cid, code in LIBRARY_ENTRIES:
-        needs = {"megatron-core-mtp": "megatron-core", "megatron-bridge": "megatron-bridge",
-                 "mbridge": "mbridge", "sglang-server-args": "sglang"}[cid]
-        if needs not in installed:
-            continue
-        rc, last = _run_py(["-c", code])
-        out.append(result(f"entry:{cid}", PASS if rc == 0 else FAIL, "ok" if rc == 0 else last))
-    for target, spec in sorted((vector.get("entry_checks") or {}).items()):
-        overrides_file = HERE.parent / "verl" / f"{target}.overrides"
-        overrides = overrides_file.read_text().split() if overrides_file.is_file() else []
-        rc, last = _run_py(["-m", spec["module"], "--cfg", "job", *overrides])
-        detail = f"python -m {spec['module']} --cfg job + {len(overrides)} overrides"
-        if rc == 0 and spec.get("also_import"):
-            rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in spec["also_import"])])
-            detail += f"; import {', '.join(spec['also_import'])}"
-        out.append(result(f"entry:verl-{target}", PASS if rc == 0 else FAIL,
-                          detail if rc == 0 else f"{detail}: {last}"))
+    for comp in vector.get("components", []):
+        for e in comp.get("entry_checks") or []:
+            if e.get("code"):
+                rc, last = _run_py(["-c", e["code"]])
+                detail = "ok" if rc == 0 else last
+            else:
+                overrides_file = HERE.parent / "verl" / f"{e['target']}.overrides"
+                overrides = overrides_file.read_text().split() if overrides_file.is_file() else []
+                detail = f"python -m {e['module']} --cfg job + {len(overrides)} overrides"
+                rc, last = _run_py(["-m", e["module"], "--cfg", "job", *overrides])
+                if rc == 0 and e.get("also_import"):
+                    rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in e["also_import"])])
+                    detail += f"; import {', '.join(e['also_import'])}"
+                if rc != 0:
+                    detail += f": {last}"
+            out.append(result(f"entry:{e['id']}", PASS if rc == 0 else FAIL, detail))
     return out
 
 
