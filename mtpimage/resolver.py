@@ -128,7 +128,13 @@ def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes
         else:
             cmd += ["--no-index"]
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=900)
+        # Warm caches first: uv answers from its cache alone (--offline) when every page it
+        # needs is there; anything missing, or MTP_LOCK_REFRESH=1, asks the indexes again.
+        proc = None
+        if os.environ.get("MTP_LOCK_REFRESH") != "1" and index_urls:
+            proc = subprocess.run(cmd + ["--offline"], capture_output=True, text=True, env=_uv_env(), timeout=900)
+        if proc is None or proc.returncode != 0:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=900)
         took = time.monotonic() - t0
         if proc.returncode != 0:
             text = " ".join(proc.stderr.replace(str(tmpd), "").split())
