@@ -65,6 +65,8 @@ def _uv_env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     env["UV_CACHE_DIR"] = str(cache_root() / "uv")
     env["UV_NO_CONFIG"] = "1"            # a user's uv.toml must not change the answer
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # resolving for 3.12 needs no interpreter download (and
+                                          # asking for one costs seconds where GitHub is unreachable)
     if pydeps.ca_bundle():
         env["SSL_CERT_FILE"] = pydeps.ca_bundle()
     return env
@@ -95,7 +97,7 @@ def parse_compiled(text: str) -> dict:
 
 
 def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes: list[str],
-            index_urls: list[str], python: str) -> Resolved:
+            index_urls: list[str], python: str, find_links: list[str] | None = None) -> Resolved:
     """requirements: PEP 508 lines; stubs: name -> {"version", "requires", "extras"};
     index_urls: reachable indexes, the default (PyPI) first. Raises ResolutionFailed with
     uv's explanation of the conflict."""
@@ -126,7 +128,9 @@ def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes
             for url in index_urls[1:]:
                 cmd += ["--index", pydeps.rewrite(url)]
         else:
-            cmd += ["--no-index"]
+            cmd += ["--no-index", "--offline"]
+        for link in find_links or []:
+            cmd += ["--find-links", link]
         t0 = time.monotonic()
         # Warm caches first: uv answers from its cache alone (--offline) when every page it
         # needs is there; anything missing, or MTP_LOCK_REFRESH=1, asks the indexes again.

@@ -320,6 +320,11 @@ class Locker:
             e["via"] = entry["via"]
             packages[name] = e
         doc.update(resolved=True, packages=dict(sorted(packages.items())))
+        # what stood in for the sources and the unreachable packages: enough to re-run this
+        # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
+        doc["stubs"] = {n: {"version": v["version"], "requires": list(v.get("requires") or []),
+                            **({"extras": v["extras"]} if v.get("extras") else {})}
+                        for n, v in sorted(stubs.items())}
         build_sets = {}
         for c in plan.components:
             if c.source == "git" and c.build_requires:

@@ -1,0 +1,66 @@
+"""The REAL shipped stack resolves, in CI: PyPI's real metadata for every package (no wheel
+downloads: uv reads METADATA only), the git sources as lock.yaml recorded what stood in for
+them (their own Requires-Dist read from the pinned commits, so no GitHub is needed), and the
+manifests' overrides/excludes. Fails on any conflict no declared override covers, and on any
+drift between what resolves today and what lock.yaml says the image installs."""
+from __future__ import annotations
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from mtpimage import manifest, resolver
+from mtpimage.cli import plan_for
+
+PROFILE = "mtp-cp-recompute"
+
+
+def _lock():
+    m = manifest.load()
+    doc = yaml.safe_load((m.root / "lock.yaml").read_text())
+    return m, doc, doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
+
+
+def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))      # cold: ask PyPI
+    m, doc, pyset = _lock()
+    plan = plan_for(m, PROFILE, None)
+    assert plan.locked, "lock.yaml must match the shipped manifests"
+    res = resolver.resolve(pyset["requirements"], pyset["stubs"], [o[0] for o in plan.overrides],
+                           [e[0] for e in plan.excludes], [dict(plan.indexes)["pypi"]], plan.python)
+    got = {n: e["version"] for n, e in res.packages.items()}
+    want = {n: str(e["version"]) for n, e in pyset["packages"].items()}
+    assert got == want
+    # the collisions of the real metadata, settled the declared way
+    assert "flash-attn-4" not in got
+    assert got["transformers"] == "5.6.2" and Version(got["kernels"]) < Version("0.11")
+    assert Version(got["setuptools"]) < Version("82") and got["triton"] == "3.6.0"   # torch's own pins
+
+
+def test_without_the_overrides_the_real_stack_does_not_resolve(tmp_path, monkeypatch):
+    """Proves the overrides are needed (a test that cannot fail is a defect): sglang's
+    transformers==5.6.0 against verl's !=5.6.0."""
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
+    _m, _doc, pyset = _lock()
+    import pytest
+    with pytest.raises(resolver.ResolutionFailed, match="transformers"):
+        resolver.resolve(pyset["requirements"], pyset["stubs"], [], ["flash-attn-4"], ["https://pypi.org/simple"],
+                         "3.12")
+
+
+def test_every_locked_file_is_a_hashed_wheel_or_a_declared_sdist():
+    m, doc, pyset = _lock()
+    sdists = {s["package"] for s in (m.catalogue.data.get("resolution") or {}).get("sdists", [])}
+    for name, e in pyset["packages"].items():
+        if str(e.get("source", "")).startswith("git"):
+            continue
+        if e.get("verified") is False:
+            assert "unreachable" in pyset["unverified"][name]
+            continue
+        assert len(e["sha256"]) == 64, name
+        assert e["file"].endswith(".whl") or (e.get("sdist") and name in sdists), name
+    # the sources' metadata was read from the pinned commits, not guessed
+    assert Requirement(pyset["stubs"]["megatron-core"]["requires"][0]).name == "torch"
+    assert pyset["stubs"]["megatron-core"]["version"] == "0.19.1"
+    assert pyset["stubs"]["megatron-bridge"]["version"] == "0.6.1"
+    assert all(c.get("verified") for c in doc["components"].values())
