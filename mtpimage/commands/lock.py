@@ -189,7 +189,12 @@ class Locker:
             raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}.package",
                              f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
                              f"set package: {meta.name}")
-        if c.version and c.version != meta.version:
+        from packaging.version import InvalidVersion, Version
+        try:
+            same = Version(c.version or "0") == Version(meta.version)
+        except InvalidVersion:
+            same = c.version == meta.version
+        if c.version and not same:
             raise InputError(self.m.catalogue.where("components", c.name, "version"),
                              f"components.{c.name}.version",
                              f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
