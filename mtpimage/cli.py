@@ -200,6 +200,9 @@ def cmd_explain(args) -> int:
     if plan.choose_when:
         print(f"# choose it when: {plan.choose_when}")
     print(f"# image: {plan.image}")
+    from .report import resolution_lines
+    for line in resolution_lines(plan):
+        print(f"# {line.strip()}")
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")

@@ -15,6 +15,18 @@ def _rule_lines(results: list[rules.RuleResult]) -> list[str]:
     return lines
 
 
+def resolution_lines(plan: Plan) -> list[str]:
+    """Where the image departs from upstream's declarations (components.yaml `resolution`),
+    and what a local build substituted: shown by check, explain, --dry-run and diff."""
+    lines = [f"  override {req}: {why} ({link})" for req, why, link in plan.overrides]
+    lines += [f"  exclude  {name}: {why} ({link})" for name, why, link in plan.excludes]
+    lines += [f"  sdist    {name}: {why}" for name, why in plan.sdists]
+    lines += [f"  no-deps  {c.package}: installed without its declared dependencies"
+              for c in plan.components if not c.deps_declared]
+    lines += [f"  SUBSTITUTED {what}: {detail}" for what, detail in plan.substitutions]
+    return lines
+
+
 def print_check(plan: Plan, results: list[rules.RuleResult]) -> None:
     errs = rules.errors(results)
     passed = sum(r.status == rules.PASS for r in results)
@@ -24,6 +36,11 @@ def print_check(plan: Plan, results: list[rules.RuleResult]) -> None:
           f"{len(errs)} errors, {len(rules.warnings(results))} warnings)")
     for line in _rule_lines(results):
         print(line)
+    res = resolution_lines(plan)
+    if res:
+        print(f"  resolution ({len(res)} declared departures from upstream's declarations):")
+        for line in res:
+            print(f"  {line}")
 
 
 def print_plan(plan: Plan, results: list[rules.RuleResult]) -> None:

@@ -33,10 +33,12 @@ VECTOR_SCHEMA_PREFIX = "mtp-image-builder/version-vector/"
 LABEL_VERSION_VECTOR = "io.mtp-image-builder.version-vector"
 DEFAULT_VECTOR_PATH = "/opt/mtp/version.json"
 
-SECTIONS = ("platform", "profile", "engine", "components", "packages", "layers", "verl_overrides")
+SECTIONS = ("platform", "profile", "engine", "components", "packages", "layers", "verl_overrides",
+            "resolution", "python")
 SECTION_TITLES = {"platform": "platform", "profile": "profile", "engine": "engine",
                   "components": "components", "packages": "packages", "layers": "layers",
-                  "verl_overrides": "verl overrides"}
+                  "verl_overrides": "verl overrides", "resolution": "resolution (declared departures)",
+                  "python": "python packages (lock.yaml)"}
 PLATFORM_FIELDS = ("base_image", "base_digest", "python", "cuda", "os_packages")
 PROFILE_FIELDS = ("mode", "experimental", "targets", "models", "rollout_engine")
 COMPONENT_FIELDS = ("source", "package", "repo", "ref", "commit", "version", "index", "subdir",
@@ -103,6 +105,8 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
     layers = {layer["name"]: list(layer["items"]) for layer in raw.get("layers", [])}
     overrides = {t: list(lines) for t, lines in (raw.get("verl_overrides") or {}).items()}
     return {
+        "resolution": _resolution(raw),
+        "python": _python(raw),
         "platform": platform,
         "profile": {k: raw[k] for k in PROFILE_FIELDS if k in raw},
         "engine": dict(raw.get("engine") or {}),
@@ -113,6 +117,43 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
         "_name": raw.get("profile"),
         "_plan_digest": raw.get("plan_digest"),
     }
+
+
+def _resolution(raw: dict) -> dict:
+    """Declared departures from upstream (overrides, excludes, sdists) and substitutions, as
+    {kind name: requirement}; a plan carries tuples, a version vector dicts."""
+    out: dict[str, dict] = {}
+    res = raw.get("resolution")
+    if isinstance(res, dict):          # version vector
+        for o in res.get("overrides", []):
+            out[f"override {_req_name(o['requirement'])}"] = {"requirement": o["requirement"]}
+        for e in res.get("excludes", []):
+            out[f"exclude {e['package']}"] = {"requirement": "(not installed)"}
+        for e in res.get("sdists", []):
+            out[f"sdist {e['package']}"] = {"requirement": "(built from sdist)"}
+    else:                              # plan
+        for req, _why, _link in raw.get("overrides", []):
+            out[f"override {_req_name(req)}"] = {"requirement": req}
+        for name, _why, _link in raw.get("excludes", []):
+            out[f"exclude {name}"] = {"requirement": "(not installed)"}
+        for name, _why in raw.get("sdists", []):
+            out[f"sdist {name}"] = {"requirement": "(built from sdist)"}
+    for s in raw.get("substitutions", []):
+        what, detail = (s["what"], s["detail"]) if isinstance(s, dict) else s
+        out[f"substituted {what} {detail.split('==')[0].split(' ')[0]}"] = {"requirement": detail}
+    return out
+
+
+def _python(raw: dict) -> dict:
+    """The exact Python set lock.yaml put in the image: {name: {"version": v}}."""
+    if isinstance(raw.get("python_packages"), dict):
+        return {n: {"version": v} for n, v in raw["python_packages"].items()}
+    return {row[0]: {"version": row[1]} for row in raw.get("locked", []) if not str(row[2]).startswith("build:")}
+
+
+def _req_name(req: str) -> str:
+    import re
+    return re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
 
 
 def _patch_id(patch: Any) -> str:
@@ -128,8 +169,10 @@ def diff_vectors(a: dict, b: dict) -> list[Change]:
     out += _fields("platform", "", a["platform"], b["platform"], shared_only=True)
     out += _fields("profile", "", a["profile"], b["profile"], shared_only=True)
     out += _engine(a["engine"], b["engine"], "")
-    for section in ("components", "packages"):
-        out += _entries(section, a[section], b[section])
+    for section in ("components", "packages", "resolution"):
+        out += _entries(section, a.get(section, {}), b.get(section, {}))
+    if a.get("python") and b.get("python"):     # an unlocked side (after --set) has no exact set
+        out += _entries("python", a["python"], b["python"])
     for name in _names(a["layers"], b["layers"]):
         la, lb = a["layers"].get(name), b["layers"].get(name)
         if la != lb:
