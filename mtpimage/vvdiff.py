@@ -169,10 +169,13 @@ def diff_vectors(a: dict, b: dict) -> list[Change]:
     out += _fields("platform", "", a["platform"], b["platform"], shared_only=True)
     out += _fields("profile", "", a["profile"], b["profile"], shared_only=True)
     out += _engine(a["engine"], b["engine"], "")
-    for section in ("components", "packages", "resolution"):
-        out += _entries(section, a.get(section, {}), b.get(section, {}))
-    if a.get("python") and b.get("python"):     # an unlocked side (after --set) has no exact set
-        out += _entries("python", a["python"], b["python"])
+    for section in ("components", "packages"):
+        out += _entries(section, a[section], b[section])
+    # Compared when both sides carry them: an unlocked plan (after --set) has no exact Python
+    # set, and vectors written before these sections existed have neither.
+    for section in ("resolution", "python"):
+        if a.get(section) and b.get(section):
+            out += _entries(section, a[section], b[section])
     for name in _names(a["layers"], b["layers"]):
         la, lb = a["layers"].get(name), b["layers"].get(name)
         if la != lb:
