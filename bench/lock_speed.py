@@ -31,9 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def timed(cmd, env, cwd=ROOT) -> tuple[float, int, str]:
+def timed(cmd, env, cwd=ROOT, timeout=900) -> tuple[float, int, str]:
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - t0, 124, f"gave up after {timeout} s"
     return time.monotonic() - t0, proc.returncode, (proc.stdout + proc.stderr)[-400:]
 
 
@@ -88,12 +91,13 @@ def main() -> int:
         name = line.split("==")[0].split("[")[0]
         spec = pyset["stubs"].get(name)
         if spec:
-            whl = pydeps.write_stub_wheel(stubdir, name, spec["version"], spec.get("requires"), spec.get("extras"))
+            whl = pydeps.write_stub_wheel(stubdir, name, spec["version"], spec.get("requires"))
             reqs.append(f"{name} @ {whl.as_uri()}")
         else:
             reqs.append(line)
     pip_cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(work / "r.json"),
-               "--python-version", "3.12", "--platform", "manylinux_2_39_x86_64", "--only-binary=:all:",
+               "--python-version", "3.12", *[a for plat in pydeps.PLATFORMS for a in ("--platform", plat)],
+               "--only-binary=:all:",
                "--target", str(work / "t"), "--no-cache-dir", *reqs]
     t, rc, out = timed(pip_cmd, {**os.environ, "PIP_CONFIG_FILE": os.devnull}, cwd=work)
     results["pip_resolver"] = {"cold_s": round(t, 2), "exit": rc,
