@@ -1,9 +1,11 @@
-"""The build context: rendered files + the pinned sources, as one normalised tar.
+"""The build context: rendered files + the pinned sources and patches, as one normalised tar.
 
 Sources of git components are fetched on this machine with the git CLI, so the user's
 git configuration applies (url.<mirror>.insteadOf, credential helpers, proxies), and
 the build itself needs no access to the git servers. Each fetch is checked against the
 Plan's commit and cached by commit (content-addressed) under the user's cache directory.
+Patches by reference are made here from their two commits (same fetcher, same cache),
+local patch files read from manifests/; either is checked against its pinned sha256.
 """
 from __future__ import annotations
 
@@ -79,12 +81,31 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
     return out
 
 
+def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, int]]:
+    """patches/<name>/<iii>-<file> for every patch of the Plan, each verified against its
+    sha256 (a patch by reference is the diff of its two commits, made here)."""
+    from . import patches
+    from .render import patch_name
+
+    plan = rendered.plan
+    out = []
+    for comp in plan.components:
+        where = patches.origin(plan, comp.name, rendered.manifests_root)
+        for i, p in enumerate(comp.patches):
+            progress(f"patch   {comp.name:<16} {p.describe()}")
+            data = patches.patch_bytes(comp.name, i, p, rendered.manifests_root, where)
+            out.append((f"patches/{comp.name}/{patch_name(i, p)}", data, 0o644))
+    return out
+
+
 def build_context(rendered: Rendered, progress=print) -> bytes:
-    """The full context tar: rendered files plus src/<name>/ for each git component."""
+    """The full context tar: rendered files plus src/<name>/ for each git component and
+    patches/<name>/ for each component's patches."""
     extra: list[tuple[str, bytes, int]] = []
     for comp in rendered.plan.components:
         if comp.source != "git":
             continue
         progress(f"source  {comp.name:<16} {comp.repo} @ {comp.commit[:12]}")
         extra.extend(source_entries(comp, fetch_archive(comp)))
+    extra.extend(patch_entries(rendered, progress))
     return deterministic_tar(rendered.files, extra)

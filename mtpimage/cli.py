@@ -189,10 +189,13 @@ def cmd_explain(args) -> int:
         return 0
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
+    patches = [(c.name, p) for c in plan.components for p in c.patches]
     if args.json:
         print(json.dumps({"profile": plan.profile, "mode": plan.mode, "target": args.target,
                           "entrypoint": entry, "overrides": overrides,
                           "choose_when": plan.choose_when, "warnings": notes,
+                          "patches": [{"component": n, "patch": p.describe(), "url": p.url}
+                                      for n, p in patches],
                           "image": plan.image}, indent=2))
         return 0
     print(f"# {plan.profile}: {plan.summary}")
@@ -203,6 +206,8 @@ def cmd_explain(args) -> int:
     from .report import resolution_lines
     for line in resolution_lines(plan):
         print(f"# {line.strip()}")
+    for name, p in patches:
+        print(f"# patch {name}: {p.describe()} ({p.url})")
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")

@@ -56,8 +56,16 @@ def component_pin(c: Component) -> dict:
     return d
 
 
+PATCH_PIN_KEYS = ("file", "repo", "base", "head", "paths", "sha256", "strip")
+
+
 def patch_pin(p) -> dict:
-    return {"file": p.file, "sha256": p.sha256, "strip": p.strip}
+    """A patch's pin: its commits (and paths) or its local file, its sha256 and strip level."""
+    d: dict[str, Any] = ({"repo": p.repo, "base": p.base, "head": p.head} if p.repo else {"file": p.file})
+    if p.repo and p.paths:
+        d["paths"] = list(p.paths)
+    d.update(sha256=p.sha256, strip=p.strip)
+    return d
 
 
 def package_pin(p) -> dict:
@@ -206,12 +214,13 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
         if diffs:
             raise InputError(where, f"components.{c.name}",
                              f"component {c.name} drifted: {'; '.join(diffs)}", _fix(c.name))
-        lp = [{k: p.get(k) for k in ("file", "sha256", "strip")} for p in entry.get("patches") or []]
+        lp = [{k: p[k] for k in PATCH_PIN_KEYS if k in p} for p in entry.get("patches") or []]
         mp = [patch_pin(p) for p in c.patches]
         if lp != mp:
+            what = (f"{len(mp)} patch(es) in manifests, {len(lp)} in lock.yaml" if len(lp) != len(mp) else
+                    "; ".join(f"patch {i} {d}" for i, (a, b) in enumerate(zip(mp, lp)) for d in _diff(a, b)))
             raise InputError(where, f"components.{c.name}.patches",
-                             f"component {c.name} drifted: patches in manifests {mp}, lock.yaml {lp}",
-                             _fix(c.name))
+                             f"component {c.name} drifted: {what}", _fix(c.name))
     pkgs = lock.get("packages") or {}
     for p in plan.packages:
         entry = pkgs.get(p.name)

@@ -86,24 +86,47 @@ def load_catalogue(root: Path) -> Catalogue:
     return cat
 
 
+REF_FIELDS = ("repo", "base", "head")
+
+
 def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | None = None) -> None:
-    """Every patch file exists inside manifests/ and hashes to its declared sha256."""
+    """Each patch is either a reference (repo, base and head commits, optional paths: the
+    tool makes the diff; checked when it is made, see patches.py) or a local file inside
+    manifests/ that hashes to its declared sha256 (a site's own fix). Nothing is fetched here."""
     root = cat.root.resolve()
     for i, patch in enumerate(patches):
-        loc = where or cat.where("components", comp, "patches", i, "file")
-        key = f"components.{comp}.patches[{i}].file"
+        def loc(field: str) -> str:
+            return where or cat.where("components", comp, "patches", i, field)
+        key = f"components.{comp}.patches[{i}]"
+        if "file" not in patch:
+            missing = [f for f in REF_FIELDS if f not in patch]
+            if missing:
+                raise InputError(loc(next((f for f in REF_FIELDS if f in patch), "sha256")),
+                                 f"{key}.{missing[0]}", f"missing required key '{missing[0]}'",
+                                 "name the fix by its commits: repo, base (where it branched off, "
+                                 "git merge-base) and head (its last commit); or give file: for a "
+                                 "site's own patch under manifests/patches/")
+            if patch["base"] == patch["head"]:
+                raise InputError(loc("head"), f"{key}.head", "base and head are the same commit: the diff is empty",
+                                 "set base to where the fix branched off (git merge-base) and head to its last commit")
+            continue
+        both = [f for f in REF_FIELDS + ("paths",) if f in patch]
+        if both:
+            raise InputError(loc(both[0]), f"{key}.{both[0]}",
+                             "a patch is either a local file or a reference (repo, base, head), not both",
+                             "remove file to pin the fix by its commits, or remove the reference keys")
         path = (root / patch["file"]).resolve()
         if root not in path.parents:
-            raise InputError(loc, key, f"patch path {patch['file']!r} leaves manifests/",
-                             "vendor the patch under manifests/patches/")
+            raise InputError(loc("file"), f"{key}.file", f"patch path {patch['file']!r} leaves manifests/",
+                             "keep a site's own patch under manifests/patches/")
         if not path.is_file():
-            raise InputError(loc, key, f"patch file {patch['file']!r} not found",
-                             "vendor the patch under manifests/patches/ or fix the path")
+            raise InputError(loc("file"), f"{key}.file", f"patch file {patch['file']!r} not found",
+                             "keep a site's own patch under manifests/patches/ or fix the path")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != patch["sha256"]:
-            raise InputError(loc, f"components.{comp}.patches[{i}].sha256",
+            raise InputError(loc("sha256"), f"{key}.sha256",
                              f"sha256 of {patch['file']} is {digest}, manifest says {patch['sha256']}",
-                             "re-vendor the patch from its upstream URL or update the sha256 after review")
+                             "review the file and update the sha256, or pin the fix by its commits (repo, base, head)")
 
 
 def load(root: Path | None = None) -> Manifests:

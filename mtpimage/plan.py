@@ -29,11 +29,29 @@ def verl_facts() -> dict:
 
 @dataclass(frozen=True)
 class Patch:
-    file: str
+    """A fix on top of a component, pinned by the sha256 of its bytes: by reference (`repo`,
+    `base`, `head`, optional `paths`: the diff the tool makes from the two commits) or a local
+    file under manifests/ (`file`, a site's own fix). See patches.py."""
+    file: str | None
     sha256: str
     url: str
     strip: int
     provides: tuple[str, ...]
+    repo: str | None = None
+    base: str | None = None
+    head: str | None = None
+    paths: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """Its file name in the build context."""
+        from .patches import context_name
+        return context_name(self)
+
+    def describe(self) -> str:
+        """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...` (or the local file)."""
+        from .patches import describe
+        return describe(self)
 
 
 @dataclass(frozen=True)
@@ -234,8 +252,9 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             repo=c.get("repo"), ref=c.get("ref"), commit=c.get("commit"),
             version=c.get("version"), index=c.get("index", "pypi"),
             subdir=c.get("subdir", "."), extras=tuple(c.get("extras", [])),
-            patches=tuple(Patch(p["file"], p["sha256"], p["url"], p.get("strip", 1),
-                                tuple(p.get("provides", []))) for p in c.get("patches", [])),
+            patches=tuple(Patch(p.get("file"), p["sha256"], p["url"], p.get("strip", 1),
+                                tuple(p.get("provides", [])), p.get("repo"), p.get("base"), p.get("head"),
+                                tuple(p.get("paths", []))) for p in c.get("patches", [])),
             build_requires=tuple(c.get("build_requires", [])),
             deps_declared=(c.get("dependencies") or {}).get("declared", True),
             deps_add=tuple((c.get("dependencies") or {}).get("add", [])),

@@ -13,8 +13,9 @@ Probes, each on the fetched tree of the pinned commit:
                            ModelType.encoder_and_decoder while the pinned Megatron's
                            megatron/core/enums.py ModelType has no such member -> fail
   sglang-rollout-fix       model_runner.py defines unwrap_ipc_tensors and
-                           speculative/eagle_worker.py uses it; for PyPI sglang + patch, the
-                           wheel is downloaded and the patch applied to a scratch copy first
+                           speculative/eagle_worker.py uses it; with patches (by reference: the
+                           diff of their commits, see patches.py), the source (a wheel or the
+                           repository root) is copied and the patches applied to the copy first
   mimo-needs-bridge-2387   megatron/bridge/models/mimo/mimo_bridge.py (under src/ upstream)
                            defines class MimoBridge with MTP mappings (what PR #2387 added)
 """
@@ -310,10 +311,23 @@ def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None)
         return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
     if not comp.patches:
         return sglang_fix(tree)
-    base = root or Path(".")
-    patches = [(base / p.file, p.strip) for p in comp.patches]
+    from . import patches as patches_mod
+    if comp.source == "git" and comp.subdir not in ("", "."):
+        tree = tree.parents[len(Path(comp.subdir).parts) - 1]   # patches apply at the repository root
     try:
-        scratch = patched_copy(tree, patches)
+        with patches_mod.as_files(comp.name, comp.patches, root,
+                                  patches_mod.origin(plan, comp.name, root)) as files:
+            scratch = patched_copy(tree, files)
+    except patches_mod.PatchUnavailable as exc:
+        if exc.offline and "sglang-ipc-unwrap" in comp.provides():
+            return Verdict(PASS, f"trusting the patch's `provides: sglang-ipc-unwrap`; its commits could "
+                           f"not be fetched ({exc.reason})")
+        if exc.offline:
+            return Verdict(UNKNOWN, f"sglang patch not made: {exc.reason}")
+        if not ss.keep_going:
+            raise
+        ss.failed[f"{comp.name} (patch)"] = exc.reason
+        return Verdict(UNKNOWN, f"not decided: the sglang patch could not be made ({exc.reason})")
     except RuntimeError as exc:
         return Verdict(FAIL, f"the sglang patches do not apply to {comp.pin}: {exc}")
     try:

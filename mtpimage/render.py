@@ -2,8 +2,9 @@
 
 Pure: no network, no clock, no host paths in the output. The same Plan renders the same
 bytes, and the context is packed as a normalised tar (sorted names, mtime 0, uid/gid 0,
-fixed modes), so its sha256 is stable. Sources of git components are not rendered: they
-are pinned by commit in the Plan and added by buildctx.py at build time.
+fixed modes), so its sha256 is stable. Sources of git components and patch bytes are not
+rendered: they are pinned in the Plan (commit; patch commits or file, and sha256) and added
+by buildctx.py at build time (src/<name>/, patches/<name>/).
 
 The identity tag is `<profile>-<12 hex of sha256(plan digest, rendered context digest)>`.
 """
@@ -14,7 +15,7 @@ import io
 import json
 import shlex
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -57,6 +58,8 @@ class Rendered:
     files: dict            # relative path -> bytes (sorted on output)
     context_digest: str    # sha256 of the normalised tar of `files`
     identity: str          # <profile>-<12 hex>
+    # where local patch files are read from at build time (buildctx.py); not part of the output
+    manifests_root: Path | None = field(default=None, compare=False)
 
     @property
     def dockerfile(self) -> str:
@@ -86,7 +89,7 @@ def patch_name(index: int, patch) -> str:
     """A patch's file name in the build context: its position first, so two patches of one
     component with the same basename (from different folders) never overwrite each other,
     and the names sort in the order the patches are applied."""
-    return f"{index:03d}-{Path(patch.file).name}"
+    return f"{index:03d}-{patch.name}"
 
 
 def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
@@ -237,15 +240,6 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         files["build/allowed-conflicts.json"] = _allowed_conflicts(plan)
     else:
         files.update(_constraints(plan))
-    root = Path(manifests_root).resolve()
-    for c in plan.components:
-        for i, p in enumerate(c.patches):
-            data = (root / p.file).read_bytes()
-            if hashlib.sha256(data).hexdigest() != p.sha256:
-                from .errors import InputError
-                raise InputError(p.file, f"components.{c.name}.patches", "patch changed after the plan was made",
-                                 "re-run; if it persists, re-vendor the patch")
-            files[f"patches/{c.name}/{patch_name(i, p)}"] = data
     files["mtp/version.json"] = vector_bytes(plan)
     files.update(_tree(images / "checks", "mtp/checks"))
     for target, lines in plan.verl_overrides:
@@ -253,7 +247,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     files = dict(sorted(files.items()))
     digest = hashlib.sha256(deterministic_tar(files)).hexdigest()
     identity = f"{plan.profile}-{hashlib.sha256(f'{plan.digest}:{digest}'.encode()).hexdigest()[:12]}"
-    return Rendered(plan, files, digest, identity)
+    return Rendered(plan, files, digest, identity, Path(manifests_root).resolve())
 
 
 def _mode(name: str) -> int:

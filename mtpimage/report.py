@@ -51,7 +51,7 @@ def print_plan(plan: Plan, results: list[rules.RuleResult]) -> None:
     print("components")
     for c in plan.components:
         pin = f"{c.repo}@{c.commit} ({c.ref})" if c.source == "git" else f"{c.package}=={c.version} (PyPI)"
-        patches = "".join(f"\n              + {p.file} sha256:{p.sha256[:12]}" for p in c.patches)
+        patches = "".join(f"\n              + patch {p.describe()}" for p in c.patches)
         print(f"  {c.name:<16}{pin}{patches}")
     print("packages")
     for p in plan.packages:

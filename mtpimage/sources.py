@@ -265,3 +265,67 @@ def apply_check(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
     """`git apply --check -p<strip>` of a patch against a fetched tree."""
     proc = git("apply", "--check", f"-p{strip}", str(patch.resolve()), cwd=tree, timeout=120)
     return proc.returncode == 0, " ".join(proc.stderr.split())[-400:]
+
+
+# ----------------------------------------------------------------------------- diffs of two commits
+
+# `git diff` with every option that shapes its bytes given explicitly, so the same two commits
+# give the same bytes under any user's git configuration (diff.noprefix, diff.context,
+# diff.algorithm, diff.renames, diff.orderFile, core.abbrev, color.ui, diff.external, ...):
+# full blob ids (an abbreviation's length depends on how many objects the repository holds),
+# a/ b/ prefixes, 3 lines of context, Myers with the indent heuristic (git's defaults).
+DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--full-index", "--no-renames",
+                "--src-prefix=a/", "--dst-prefix=b/", "--unified=3", "--inter-hunk-context=0",
+                "--diff-algorithm=myers", "--indent-heuristic", "--ignore-submodules=none",
+                "--submodule=short", "--no-relative", "-O/dev/null")
+DIFF_CONFIG = ("core.quotePath=true", "diff.suppressBlankEmpty=false", "core.attributesFile=/dev/null")
+# Environment variables git reads that would change a diff's bytes.
+_DIFF_ENV_DROP = ("GIT_DIFF_OPTS", "GIT_EXTERNAL_DIFF", "GIT_DIFF_PATH_COUNTER", "GIT_DIFF_PATH_TOTAL",
+                  "GIT_ICASE_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS")
+
+
+def diff_command(base: str, head: str, paths: tuple[str, ...] = ()) -> str:
+    """The command commit_diff runs, as a line a person can re-run in a clone to review it."""
+    tail = f" -- {' '.join(paths)}" if paths else ""
+    return f"git diff {' '.join(DIFF_OPTIONS)} {base} {head}{tail}"
+
+
+_DIFFS: dict[tuple, tuple[bytes, tuple[str, ...]]] = {}
+
+
+def commit_diff(repo: str, base: str, head: str, paths: tuple[str, ...] = ()) -> tuple[bytes, tuple[str, ...]]:
+    """(the diff base..head limited to `paths`, the files it changes), from the two commits
+    fetched like every git source (fetch(): cache by repository and commit, retries,
+    url.insteadOf mirrors). The diff runs in the head's cached repository with the base's
+    objects as an alternate, so nothing is fetched twice and nothing is copied.
+
+    Raises GitError naming the repository and the commit that could not be fetched."""
+    key = (repo, base, head, tuple(paths))
+    if key in _DIFFS:
+        return _DIFFS[key]
+    b, h = fetch(repo, base), fetch(repo, head)
+    env = _env()
+    for name in _DIFF_ENV_DROP:
+        env.pop(name, None)
+    env["GIT_LITERAL_PATHSPECS"] = "1"     # paths are file names, never pathspec magic or globs
+    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(b.path / ".git" / "objects")
+    # Run inside .git: no work tree, so no .gitattributes of a checkout changes the output.
+    base_cmd = ["git", *[a for c in DIFF_CONFIG for a in ("-c", c)], "-C", str(h.path / ".git"), "diff"]
+
+    def run(*args: str) -> bytes:
+        try:
+            proc = subprocess.run([*base_cmd, *args, base, head, "--", *paths], capture_output=True,
+                                  env=env, timeout=_timeout())
+        except subprocess.TimeoutExpired as exc:
+            raise GitError(repo, f"git diff {base[:12]}..{head[:12]}", f"timed out after {exc.timeout:.0f} s",
+                           head) from None
+        if proc.returncode != 0:
+            raise GitError(repo, f"git diff {base[:12]}..{head[:12]}", proc.stderr.decode(errors="replace"),
+                           head)
+        return proc.stdout
+
+    data = run(*DIFF_OPTIONS)
+    files = tuple(x for x in run("--name-only", "-z", "--no-renames", "--no-relative",
+                                 "--ignore-submodules=none").decode(errors="surrogateescape").split("\0") if x)
+    _DIFFS[key] = (data, files)
+    return data, files

@@ -37,6 +37,17 @@ def probes_for(plan: Plan) -> list[str]:
     return out
 
 
+def _patch(p) -> dict:
+    """A patch as the image records it. `file` is its name in the build context for a patch
+    by reference (the in-image checks match the applied files by it), its manifests path for
+    a local file."""
+    d = {"file": p.name if p.repo else p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
+         "provides": list(p.provides)}
+    if p.repo:
+        d.update(repo=p.repo, base=p.base, head=p.head, paths=list(p.paths))
+    return d
+
+
 def version_vector(plan: Plan) -> dict:
     facts = verl_facts()
     components = []
@@ -46,8 +57,7 @@ def version_vector(plan: Plan) -> dict:
             "repo": c.repo, "ref": c.ref, "commit": c.commit, "version": c.version,
             "index": c.index, "extras": list(c.extras), "dependencies_declared": c.deps_declared,
             "entry_checks": [dict(e) for e in c.entry_checks if e.get("target", "") in ("",) + plan.targets],
-            "patches": [{"file": p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
-                         "provides": list(p.provides)} for p in c.patches],
+            "patches": [_patch(p) for p in c.patches],
         })
     return {
         "schema": VECTOR_SCHEMA,

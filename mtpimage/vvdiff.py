@@ -157,8 +157,10 @@ def _req_name(req: str) -> str:
 
 
 def _patch_id(patch: Any) -> str:
+    """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...`, or the local file and sha256."""
     if isinstance(patch, dict):
-        return f"{patch.get('file')} sha256:{patch.get('sha256')}"
+        from .patches import describe
+        return describe(patch)
     return str(patch)
 
 

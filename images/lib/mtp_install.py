@@ -43,8 +43,14 @@ def _apply(patches: list[tuple[Path, int]], where: Path) -> None:
         subprocess.run(["git", "apply", "--verbose", f"-p{strip}", str(path)], cwd=where, check=True)
 
 
+def _source_root(src: Path) -> Path:
+    """A git source's repository root (where the builder wrote .mtp-source.json): its
+    patches' paths are repository paths, also when the package lives in a subdirectory."""
+    return next((p for p in (src, *src.parents) if (p / ".mtp-source.json").is_file()), src)
+
+
 def _build_source(args, patches) -> int:
-    _apply(patches, args.src)
+    _apply(patches, _source_root(args.src))
     venv = Path(f"/tmp/mtp-bv-{args.name}")
     wheels = Path(f"/tmp/mtp-wheels-{args.name}")
     # Without locked build backends (test stand-ins) the build sees the OS's setuptools.

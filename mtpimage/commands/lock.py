@@ -25,7 +25,9 @@ from pathlib import Path
 
 from .. import lockfile, manifest, pydeps, resolver, rules, sources, srcmeta
 from ..errors import EXIT_ENV, EXIT_RULES, BuilderError, InputError
-from ..plan import Plan, build_plan
+from ..patches import PatchUnavailable
+from ..patches import as_files as patch_files
+from ..plan import Component, Plan, build_plan
 from ..probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
 
 BASE_UNVERIFIED = ("lock does not query container registries; the digest is kept as written "
@@ -117,6 +119,13 @@ def _upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
 # ----------------------------------------------------------------------------- verification
 
 
+def _source_root(tree: Path, c: Component) -> Path:
+    """A git source's patches apply at its repository root (the diff's paths), not its subdir."""
+    if c.source != "git" or c.subdir in ("", "."):
+        return tree
+    return tree.parents[len(Path(c.subdir).parts) - 1]
+
+
 class Locker:
     def __init__(self, m: manifest.Manifests):
         self.m = m
@@ -146,26 +155,45 @@ class Locker:
                 if wheel is not None:
                     entry.update(file=wheel.name, sha256=pydeps.sha256_file(wheel))
         patches = []
-        for p in c.patches:
+        where = self.patch_where(plan, c.name)
+        src_root = _source_root(tree, c) if tree is not None else None
+        for i, p in enumerate(c.patches):
             pe = lockfile.patch_pin(p)
-            path = self.m.root / p.file
-            if tree is None:
-                pe.update(applies=None, verified=False, reason="source not available to apply it to")
-                self.unverified.append(f"{c.name}: patch {p.file}: not checked (source unavailable)")
-            else:
-                if c.source == "git":
-                    ok, err = sources.apply_check(tree, path, p.strip)
-                    pe["checked_with"] = f"git apply --check -p{p.strip}"
-                else:
-                    ok, err = patch_dry_run(tree, path, p.strip)
-                    pe["checked_with"] = f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
-                pe.update(applies=ok, verified=True)
-                if not ok:
-                    pe["error"] = err
-                    self.failures.append(f"{c.name}: patch {p.file} does not apply: {err}")
+            if p.repo:
+                pe["made_with"] = sources.diff_command(p.base, p.head, p.paths)
+            try:
+                with patch_files(c.name, (p,), self.m.root, where) as [(path, _strip)]:
+                    if tree is None:
+                        pe.update(applies=None, verified=False, reason="source not available to apply it to")
+                        self.unverified.append(f"{c.name}: patch {p.describe()}: not checked (source unavailable)")
+                        patches.append(pe)
+                        continue
+                    if c.source == "git":
+                        ok, err = sources.apply_check(src_root, path, p.strip)
+                        pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
+                    else:
+                        ok, err = patch_dry_run(tree, path, p.strip)
+                        pe["checked_with"] = f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
+            except PatchUnavailable as exc:
+                if not exc.offline:
+                    raise
+                pe.update(applies=None, verified=False, reason=f"patch source unreachable: {exc.reason}")
+                self.unverified.append(f"{c.name}: patch {p.describe()}: not made ({exc.reason})")
+                patches.append(pe)
+                continue
+            pe.update(applies=ok, verified=True)
+            if not ok:
+                pe["error"] = err
+                self.failures.append(f"{c.name}: patch {p.describe()} does not apply: {err}")
             patches.append(pe)
         entry["patches"] = patches
         return entry
+
+    def patch_where(self, plan: Plan, comp: str) -> str:
+        """file:line of a component's patch list: its profile's override, or components.yaml."""
+        if "patches" in dict(plan.overridden).get(comp, ()):
+            return self.m.profiles[plan.profile].file
+        return self.m.catalogue.where("components", comp, "patches")
 
     # python -----------------------------------------------------------------
     def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
@@ -442,7 +470,7 @@ def _lock(args, m: manifest.Manifests) -> int:
                 "probes": {rid: {"status": probes[rid].status, "detail": probes[rid].detail}
                            for rid in PROBED_RULES if rid in probes},
             }
-    except (sources.GitError, pydeps.IndexUnreachable) as exc:
+    except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
         raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: {exc.one_line()}") from None
     sets.update(locker.sets)
     live = {p["python_set"] for p in profiles.values()}

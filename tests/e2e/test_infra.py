@@ -17,7 +17,7 @@ import requests
 
 from tests.fixtures.gitrepos import (
     MTP_PATH,
-    SGLANG_FIX_PATCH,
+    SGLANG_FIX_PATHS,
     advance_branch,
     build_fixture_repos,
     export_tree,
@@ -157,23 +157,29 @@ def test_sglang_stand_in_with_and_without_fix(fixture_repos, tmp_path):
         import inspect
         import sglang
         from sglang.srt.model_executor import model_runner
-        from sglang.srt.speculative import eagle_worker, eagle_worker_v2
+        from sglang.srt.model_executor.model_runner import SharedTensor
+        from sglang.srt.speculative.eagle_worker import EAGLEWorker
+        t = SharedTensor([1.0])
+        EAGLEWorker().update_weights_from_tensor([("w", t)])
         print(sglang.__version__, hasattr(model_runner, "unwrap_ipc_tensors"),
-              "unwrap_ipc_tensors(" in inspect.getsource(eagle_worker.EAGLEWorker.update_weights_from_tensor))
+              "unwrap_ipc_tensors(" in inspect.getsource(EAGLEWorker.update_weights_from_tensor), t.opened)
     """
     without = export_tree(sg, sg.commits["without_fix"], tmp_path / "without")
     with_fix = export_tree(sg, sg.commits["with_fix"], tmp_path / "with")
-    assert ok(run_python(without / "python", code)) == "0.5.12 False False"
-    assert ok(run_python(with_fix / "python", code)) == "0.5.12 True True"
+    assert ok(run_python(without / "python", code)) == "0.5.12 False False 2"     # each runner opens it
+    assert ok(run_python(with_fix / "python", code)) == "0.5.12 True True 1"
 
-    # The fix applies to the stand-in's main exactly as the shipped patches apply upstream.
-    patches = sorted((ROOT / "manifests" / "patches" / "sglang").glob("*.patch"))
-    for patch in [*patches]:
-        assert ok(run_git("apply", "--check", str(patch), cwd=without)) == "", patch
-        assert run_git("apply", "--check", str(patch), cwd=with_fix).returncode != 0, patch
-    p = tmp_path / "embedded.patch"
-    p.write_text(SGLANG_FIX_PATCH)
-    ok(run_git("apply", "--check", "-R", str(p), cwd=with_fix))
+    # The fork's branch: main is its merge-base, the fix and a test on top; the fix's files
+    # are exactly what manifests pin by reference (the test is left out).
+    git_dir = ["--git-dir", str(sg.path)]
+    assert ok(run_git(*git_dir, "merge-base", "main", "fix_mtp_update_weights_from_tensor")) == sg.commits["without_fix"]
+    changed = ok(run_git(*git_dir, "diff", "--name-only", sg.commits["without_fix"], sg.commits["with_fix"]))
+    assert changed.splitlines() == [*SGLANG_FIX_PATHS, "test/test_unwrap_once.py"]
+    fix = run_git(*git_dir, "diff", sg.commits["without_fix"], sg.commits["with_fix"], "--", *SGLANG_FIX_PATHS).stdout
+    p = tmp_path / "fix.patch"
+    p.write_text(fix)
+    assert ok(run_git("apply", "--check", str(p), cwd=without)) == ""
+    assert run_git("apply", "--check", str(p), cwd=with_fix).returncode != 0
 
 
 def test_bridge_stand_ins(fixture_repos):

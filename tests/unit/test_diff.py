@@ -17,6 +17,8 @@ from .helpers import REPO, assert_one_line_error, run_cli
 
 CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
 CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
+SGLANG_PATCH = ("ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 "
+                "23f1b8d3852df6e4d48586b038d83d79ac08ba88f60ca3257277eaa6e214c8ca")
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +116,29 @@ def test_package_version_and_patches_are_shown(m):
     torch = next(c for c in cs if c.section == "packages")
     assert (torch.item, torch.field, torch.b) == ("torch", "version", "2.10.0")
     patches = next(c for c in cs if c.item == "sglang" and c.field == "patches")
-    assert patches.b == [] and len(patches.a) == 1 and "sha256:" in patches.a[0]
+    assert patches.b == [] and patches.a == [SGLANG_PATCH]
     proc = run_cli("diff", "mtp-detach", "mtp-detach", "--set", "sglang.patches=")
-    assert "components: sglang\n  patch - " in proc.stdout
+    assert f"components: sglang\n  patch - {SGLANG_PATCH}\n" in proc.stdout
+
+
+def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
+    """A plan side and an image's version vector name a patch by reference alike: by its
+    repository, commits, files and sha256, so a profile compared with its image shows none."""
+    from mtpimage.render import render
+
+    p = plan(m, "mtp-rollout")
+    vector = json.loads(render(p, m.root).files["mtp/version.json"])
+    [entry] = next(c for c in vector["components"] if c["name"] == "sglang")["patches"]
+    assert (entry["repo"], entry["base"], entry["head"]) == (
+        "https://github.com/ArronHZG/sglang", "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16",
+        "99433255ca365028b6c36d892ac67ac155e3d021")
+    image = vvdiff.side_from_vector("image", vector)
+    assert image.vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
+    assert vvdiff.side_from_plan(p).vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
+    moved = copy.deepcopy(vector)
+    next(c for c in moved["components"] if c["name"] == "sglang")["patches"][0]["head"] = "f" * 40
+    [change] = [c for c in vvdiff.diff_vectors(image.vector, vvdiff.normalise(moved)) if c.field == "patches"]
+    assert change.b == [SGLANG_PATCH.replace("..99433255", "..ffffffff")]
 
 
 def test_mode_targets_and_removed_target_overrides(m):

@@ -1,45 +1,8 @@
-"""Every download is verified: a patch or package file whose sha256 differs from the
-manifests or the lock is refused with a message naming it."""
+"""Every download is verified: a package file whose sha256 differs from the lock is refused
+with a message naming it (patches: tests/unit/test_patches.py)."""
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
-from mtpimage import lockfile, manifest
-from mtpimage.cli import plan_for
-from mtpimage.errors import InputError
-from mtpimage.render import render
-
-from .helpers import REPO, assert_one_line_error, run_cli
-
-TESTS = REPO / "tests" / "manifests"
-PATCH = "patches/sglang/0001-unwrap-ipc-tensors-once.patch"
-
-
-@pytest.fixture
-def tampered(tmp_path):
-    root = shutil.copytree(TESTS, tmp_path / "manifests")
-    with open(root / PATCH, "ab") as f:
-        f.write(b"\n+os.system('id')\n")
-    return root
-
-
-def test_tampered_patch_is_refused_naming_it(tampered, tmp_path):
-    out = tmp_path / "out"
-    proc = run_cli("--manifests", str(tampered), "render", "--profile", "test-detach", "--out", str(out))
-    assert_one_line_error(proc, PATCH, "sha256")
-    assert not out.exists()
-
-
-def test_patch_changed_after_the_plan_is_refused_at_render(tmp_path):
-    root = shutil.copytree(TESTS, tmp_path / "manifests")
-    m = manifest.load(root)
-    plan = plan_for(m, "test-detach", None)
-    (root / PATCH).write_bytes((root / PATCH).read_bytes() + b"\n")
-    with pytest.raises(InputError, match="patch changed after the plan was made") as exc:
-        render(plan, m.root)
-    assert PATCH in str(exc.value)
+from mtpimage import lockfile
 
 
 def _lock(sha: str) -> dict:

@@ -219,6 +219,18 @@ def test_jinja_in_free_text_is_data_not_template(scratch):
     assert "{{ 7*7 }}" in desc and "49" not in desc and "\\$(id)" in desc
 
 
+@pytest.mark.parametrize("key", ["repo", "base", "head", "paths"])
+def test_hostile_patch_reference_values(scratch, baseline, key):
+    """The fields naming a patch by reference never reach the Dockerfile as text: only its
+    build-context name does (made of the repository's name, sanitised, and 12 hex of each commit)."""
+    for value in HOSTILE:
+        root = _fresh(scratch)
+        data = yaml.safe_load((root / "components.yaml").read_text())
+        data["components"]["sglang"]["patches"][0][key] = [value] if key == "paths" else value
+        (root / "components.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        _outcome(root, None, baseline, "patch reference")
+
+
 # ------------------------------------------------------------------ patch paths
 class _Opens:
     """Records every file the process opens while active (sys.addaudithook cannot be removed)."""
@@ -236,6 +248,7 @@ sys.addaudithook(_hook)
 
 def _patch_cases(outside: Path, root: Path) -> list[str]:
     link = root / "patches" / "sglang" / "link.patch"
+    link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(outside)
     return [str(outside), "../outside.patch", "patches/../../outside.patch", "patches/../../../outside.patch",
             f"patches/{'../' * 12}{str(outside).lstrip('/')}", "patches/sglang/link.patch",

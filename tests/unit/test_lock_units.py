@@ -73,12 +73,16 @@ def test_sglang_and_bridge_probes(tmp_path):
     assert probes.bridge_mimo(tmp_path).status == PASS
 
 
-def test_shipped_patch_applies_to_its_own_context(tmp_path):
-    """patch_paths strips like `patch -p2`: the shipped sglang patch touches wheel paths."""
-    root = Path(__file__).resolve().parents[2] / "manifests"
-    paths = probes.patch_paths(root / "patches/sglang/0001-unwrap-ipc-tensors-once.patch", 2)
-    assert "sglang/srt/model_executor/model_runner.py" in paths
-    assert all(p.startswith("sglang/") for p in paths)
+def test_patch_paths_strip_like_patch(tmp_path):
+    """patch_paths strips like `patch -pN`: with -p2 the a/python/ of a repository diff goes,
+    leaving wheel (site-packages) paths, as for the shipped sglang patch."""
+    diff = tmp_path / "fix.patch"
+    diff.write_text("diff --git a/python/pkg/mod.py b/python/pkg/mod.py\n--- a/python/pkg/mod.py\n"
+                    "+++ b/python/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+                    "diff --git a/python/pkg/new.py b/python/pkg/new.py\n--- /dev/null\n"
+                    "+++ b/python/pkg/new.py\n@@ -0,0 +1 @@\n+y = 1\n")
+    assert probes.patch_paths(diff, 2) == ["pkg/mod.py", "pkg/new.py"]
+    assert probes.patch_paths(diff, 1) == ["python/pkg/mod.py", "python/pkg/new.py"]
 
 
 def test_git_error_classification():
@@ -155,3 +159,26 @@ def test_check_frozen_names_the_drifted_component():
     other = plan_for(m, "mtp-detach", ["sglang.version=0.5.11"])
     with pytest.raises(InputError, match="sglang"):
         lockfile.check_frozen(m, other, _lock_for(m, plan))
+
+
+@pytest.mark.parametrize("field,value", [("head", "f" * 40), ("base", "e" * 40), ("sha256", "d" * 64),
+                                         ("strip", 1), ("paths", ["python/sglang/srt/x.py"])])
+def test_check_frozen_compares_every_field_of_a_patch_by_reference(field, value):
+    m = manifest.load()
+    plan = plan_for(m, "mtp-rollout", None)
+    lock = _lock_for(m, plan)
+    lockfile.check_frozen(m, plan, lock)
+    [entry] = lock["components"]["sglang"]["patches"]
+    entry.update(checked_with="patch --dry-run", applies=True, made_with="git diff ...")   # records, not pins
+    lockfile.check_frozen(m, plan, lock)
+    entry[field] = value
+    with pytest.raises(InputError) as exc:
+        lockfile.check_frozen(m, plan, lock)
+    msg = str(exc.value)
+    assert msg.startswith("manifests/lock.yaml: components.sglang.patches: component sglang drifted: patch 0 "
+                          f"{field}: manifests ") and repr(value) in msg and "\n" not in msg
+    # the old vendored-file form of the same pin is drift too
+    lock["components"]["sglang"]["patches"] = [{"file": "patches/sglang/0001-unwrap-ipc-tensors-once.patch",
+                                                "sha256": plan.component("sglang").patches[0].sha256, "strip": 2}]
+    with pytest.raises(InputError, match="patch 0 file: manifests None"):
+        lockfile.check_frozen(m, plan, lock)

@@ -3,7 +3,6 @@ detection, registry strings. No docker needed."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import shlex
@@ -221,36 +220,3 @@ def test_registry_parse_and_pull_strings():
     for bad in ("", "noport", "host:5000/UPPER"):
         with pytest.raises(InputError):
             Registry.parse(bad)
-
-
-def test_patches_with_one_basename_in_two_folders_both_reach_the_context(tmp_path):
-    """Two patches of one component named alike (different folders) must not overwrite each
-    other in the build context, and the Dockerfile applies each of them, in order."""
-    import shutil
-
-    import yaml
-
-    from mtpimage import manifest as _manifest
-    from mtpimage.cli import plan_for
-    from mtpimage.render import render as _render
-
-    root = shutil.copytree(REPO / "tests" / "manifests", tmp_path / "manifests")
-    first = "patches/sglang/0001-unwrap-ipc-tensors-once.patch"
-    second = "patches/sglang-extra/0001-unwrap-ipc-tensors-once.patch"
-    (root / second).parent.mkdir(parents=True)
-    body = b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
-    (root / second).write_bytes(body)
-    cat = yaml.safe_load((root / "components.yaml").read_text())
-    cat["components"]["sglang"]["patches"].append(
-        {"file": second, "sha256": hashlib.sha256(body).hexdigest(), "strip": 1,
-         "url": "https://example.org/second.patch"})
-    (root / "components.yaml").write_text(yaml.safe_dump(cat, sort_keys=False))
-    m = _manifest.load(root)
-    rendered = _render(plan_for(m, "test-detach", None), m.root)
-    ctx = {k: v for k, v in rendered.files.items() if k.startswith("patches/sglang/")}
-    assert sorted(ctx.values()) == sorted([(root / first).read_bytes(), body]), sorted(ctx)
-    dockerfile = rendered.files["Dockerfile"].decode()
-    names = [k.split("/", 2)[2] for k in sorted(ctx)]
-    assert len(set(names)) == 2
-    pos = [dockerfile.index(f"/tmp/mtp-patches/sglang/{n}") for n in names]
-    assert pos == sorted(pos)

@@ -1,6 +1,7 @@
 """Bad manifests: one-line errors naming file, line and key; exit 2; nothing written."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -87,21 +88,79 @@ def test_duplicate_yaml_key(mdir):
     assert_one_line_error(check(mdir), "mtp-full.yaml:", "duplicate key")
 
 
+SITE_PATCH = "patches/site/0001-fix.patch"
+
+
+def _site_patch(mdir: Path, **entry) -> dict:
+    """Add a site's own patch file to sglang (index 1, after the shipped reference)."""
+    body = b"--- a/x\n+++ b/x\n@@ -0,0 +1 @@\n+fix\n"
+    (mdir / SITE_PATCH).parent.mkdir(parents=True, exist_ok=True)
+    (mdir / SITE_PATCH).write_bytes(body)
+    patch = {"file": SITE_PATCH, "sha256": hashlib.sha256(body).hexdigest(), "url": "https://example.org/fix",
+             **entry}
+    edit_yaml(mdir / "components.yaml", lambda d: d["components"]["sglang"]["patches"].append(patch))
+    return patch
+
+
+def _sglang_ref(mdir: Path, change) -> None:
+    edit_yaml(mdir / "components.yaml", lambda d: change(d["components"]["sglang"]["patches"][0]))
+
+
+def test_site_patch_file_is_accepted(mdir):
+    _site_patch(mdir)
+    assert check(mdir).returncode == 0
+
+
 def test_missing_patch_file(mdir):
-    (mdir / "patches" / "sglang" / "0001-unwrap-ipc-tensors-once.patch").unlink()
-    assert_one_line_error(check(mdir), "components.yaml:", "patches[0].file", "not found")
+    _site_patch(mdir)
+    (mdir / SITE_PATCH).unlink()
+    assert_one_line_error(check(mdir), "components.yaml:", "patches[1].file", "not found")
 
 
 def test_wrong_patch_sha256(mdir):
-    p = mdir / "patches" / "sglang" / "0001-unwrap-ipc-tensors-once.patch"
-    p.write_text(p.read_text() + "\n")
-    assert_one_line_error(check(mdir), "components.yaml:", "patches[0].sha256", "re-vendor")
+    _site_patch(mdir)
+    (mdir / SITE_PATCH).write_text("changed\n")
+    assert_one_line_error(check(mdir), "components.yaml:", "patches[1].sha256", "review the file")
 
 
 def test_patch_path_outside_manifests(mdir):
+    _site_patch(mdir)
     c = mdir / "components.yaml"
-    c.write_text(c.read_text().replace("file: patches/sglang/0001", "file: patches/../../etc/0001"))
-    assert_one_line_error(check(mdir), "components.yaml:", "patches.0.file")
+    c.write_text(c.read_text().replace("file: patches/site/0001", "file: patches/../../etc/0001"))
+    assert_one_line_error(check(mdir), "components.yaml:", "patches.1.file")
+
+
+@pytest.mark.parametrize("key", ["repo", "base", "head"])
+def test_patch_reference_without_a_commit_or_repo_names_the_key(mdir, key):
+    _sglang_ref(mdir, lambda p: p.pop(key))
+    assert_one_line_error(check(mdir), "components.yaml:", f"patches[0].{key}", f"missing required key '{key}'",
+                          "merge-base")
+
+
+def test_patch_is_a_file_or_a_reference_not_both(mdir):
+    _sglang_ref(mdir, lambda p: p.update(file=SITE_PATCH))
+    assert_one_line_error(check(mdir), "components.yaml:", "patches[0].repo", "not both")
+
+
+def test_patch_base_and_head_must_differ(mdir):
+    _sglang_ref(mdir, lambda p: p.update(head=p["base"]))
+    assert_one_line_error(check(mdir), "components.yaml:", "patches[0].head", "same commit")
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("head", "99433255", "40-hex"),
+    ("base", "main", "40-hex"),
+    ("repo", "git@github.com:ArronHZG/sglang", "does not match"),
+    ("repo", "https://github.com/a/$(id)", "does not match"),
+    ("paths", ["../etc/passwd"], "not allowed"),
+    ("paths", [":(glob)**/*.py"], "file path inside the repository"),
+    ("paths", ["-p0"], "file path inside the repository"),
+    ("paths", ["/etc/passwd"], "file path inside the repository"),
+    ("paths", [], "must not be empty"),
+])
+def test_patch_reference_values_are_checked(mdir, key, value, needle):
+    _sglang_ref(mdir, lambda p: p.update({key: value}))
+    assert_one_line_error(check(mdir), "components.yaml:", f"patches.0.{key}", needle)
 
 
 def test_missing_required_key_names_file(mdir):
