@@ -13,6 +13,11 @@ from .modelconfig import model_warnings
 from .plan import IMAGE_REPOSITORY, Plan, build_plan, verl_facts
 from .report import print_check, print_plan
 
+
+def image_of(plan: Plan, root) -> str:
+    from .render import image_of as _image_of   # lazy: jinja2 only where an identity is printed
+    return _image_of(plan, root)
+
 DEFAULT_PROFILE = "mtp-detach"
 
 
@@ -104,7 +109,7 @@ def cmd_list(args) -> int:
         plan = plan_for(m, name, getattr(args, "sets", None))
         rows.append({"name": name, "mode": plan.mode, "targets": list(plan.targets),
                      "experimental": plan.experimental, "summary": plan.summary,
-                     "image": plan.image})
+                     "image": image_of(plan, m.root)})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -136,7 +141,7 @@ def cmd_check(args) -> int:
         reports.append((plan, rules.evaluate(plan, probes), missing))
     failed = any(rules.errors(res) for _, res, _ in reports)
     if args.json:
-        print(json.dumps([{"profile": p.profile, "image": p.image, "ok": not rules.errors(res),
+        print(json.dumps([{"profile": p.profile, "image": image_of(p, m.root), "ok": not rules.errors(res),
                            "rules": [r.to_dict() for r in res],
                            **({"unfetched_sources": miss} if args.probe_sources else {})}
                           for p, res, miss in reports], indent=2))
@@ -196,13 +201,13 @@ def cmd_explain(args) -> int:
                           "choose_when": plan.choose_when, "warnings": notes,
                           "patches": [{"component": n, "patch": p.describe(), "url": p.url}
                                       for n, p in patches],
-                          "image": plan.image}, indent=2))
+                          "image": image_of(plan, m.root)}, indent=2))
         return 0
     print(f"# {plan.profile}: {plan.summary}")
     print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
     if plan.choose_when:
         print(f"# choose it when: {plan.choose_when}")
-    print(f"# image: {plan.image}")
+    print(f"# image: {image_of(plan, m.root)}")
     from .report import resolution_lines
     for line in resolution_lines(plan):
         print(f"# {line.strip()}")
@@ -245,11 +250,11 @@ def cmd_main(args) -> int:
     plan = plan_for(m, name, args.sets)
     results = rules.evaluate(plan)
     if args.json:
-        print(json.dumps({"plan": plan.to_dict(), "image": plan.image, "digest": plan.digest,
+        print(json.dumps({"plan": plan.to_dict(), "image": image_of(plan, m.root), "digest": plan.digest,
                           "rules": [r.to_dict() for r in results],
                           "ok": not rules.errors(results)}, indent=2, sort_keys=True))
     else:
-        print_plan(plan, results)
+        print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):
         return EXIT_RULES
     if args.dry_run:

@@ -166,13 +166,6 @@ class Plan:
     def digest(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
-    @property
-    def tag(self) -> str:
-        return f"{self.profile}-{self.digest[:12]}"
-
-    @property
-    def image(self) -> str:
-        return f"{IMAGE_REPOSITORY}:{self.tag}"
 
 
 class _FrozenDict(dict):

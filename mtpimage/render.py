@@ -250,6 +250,12 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     return Rendered(plan, files, digest, identity, Path(manifests_root).resolve())
 
 
+def image_of(plan: Plan, manifests_root: Path) -> str:
+    """THE image identity, `mtp-verl:<profile>-<12 hex>` of the plan and its rendered context:
+    the one tag a build creates and every command prints (render is pure and takes ~30 ms)."""
+    return render(plan, manifests_root).image()
+
+
 def _mode(name: str) -> int:
     return 0o755 if name.endswith((".py", ".sh")) else 0o644
 

@@ -43,10 +43,10 @@ def print_check(plan: Plan, results: list[rules.RuleResult]) -> None:
             print(f"  {line}")
 
 
-def print_plan(plan: Plan, results: list[rules.RuleResult]) -> None:
+def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
     print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
     print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}   engine {plan.engine_dict()}")
-    print(f"image     {plan.image}")
+    print(f"image     {image}")
     print(f"base      {plan.base_image}   python {plan.python}   cuda {plan.cuda}")
     print("components")
     for c in plan.components:

@@ -52,6 +52,7 @@ def checkout(tmp_path) -> Path:
     shutil.copy2(REPO / "build.py", root / "build.py")
     shutil.copy2(REPO / "requirements.txt", root / "requirements.txt")
     shutil.copytree(REPO / "mtpimage", root / "mtpimage", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
     venv = root / ".venv"
     subprocess.run([BASE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
                    capture_output=True, timeout=120)
