@@ -95,10 +95,49 @@ def vector_bytes(plan: Plan) -> bytes:
     return (json.dumps(version_vector(plan), indent=2, sort_keys=True) + "\n").encode()
 
 
+def _git(*args: str) -> str | None:
+    import subprocess
+    from pathlib import Path
+    try:
+        proc = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent.parent), *args],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def project_url() -> str | None:
+    """Where this project (the image's definition) lives: MTP_PROJECT_URL, else GitHub Actions'
+    repository, else an https `origin` remote; None when none is known (no label then)."""
+    import os
+    if os.environ.get("MTP_PROJECT_URL"):
+        return os.environ["MTP_PROJECT_URL"]
+    if os.environ.get("GITHUB_SERVER_URL") and os.environ.get("GITHUB_REPOSITORY"):
+        return f"{os.environ['GITHUB_SERVER_URL']}/{os.environ['GITHUB_REPOSITORY']}"
+    origin = _git("config", "--get", "remote.origin.url") or ""
+    return origin.removesuffix(".git") if origin.startswith("https://") else None
+
+
 def identity_labels(identity: str) -> dict[str, str]:
-    """Labels that name the identity tag: given to the build with --label, because the
-    identity is a hash of the rendered Dockerfile and cannot appear inside it."""
-    return {"org.opencontainers.image.version": identity, f"{LABEL_NS}.identity": identity}
+    """Labels given to the build with --label, outside the rendered Dockerfile, so they never
+    change the identity: the identity tag itself (a hash of that Dockerfile); where the image's
+    definition lives (this project's repository and commit: OCI `source`/`revision`); and
+    `created` only from SOURCE_DATE_EPOCH, so a reproducible build stays reproducible."""
+    import datetime
+    import os
+    out = {f"{LABEL_NS}.identity": identity}
+    url = project_url()
+    if url:
+        out.update({"org.opencontainers.image.source": url, "org.opencontainers.image.url": url,
+                    "org.opencontainers.image.documentation": f"{url}#readme"})
+    rev = _git("rev-parse", "HEAD")
+    if rev:
+        out["org.opencontainers.image.revision"] = rev
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if epoch.isdigit():
+        out["org.opencontainers.image.created"] = datetime.datetime.fromtimestamp(
+            int(epoch), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return out
 
 
 def labels(plan: Plan, repository: str) -> dict[str, str]:
@@ -119,9 +158,15 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
     if plan.base_digest:
         out["org.opencontainers.image.base.digest"] = plan.base_digest
     verl = plan.component("verl")
-    if verl is not None and verl.source == "git":
-        out["org.opencontainers.image.revision"] = verl.commit or ""
-        out["org.opencontainers.image.source"] = verl.repo or ""
+    # OCI `version` is the packaged software's version: the stack's head, verl; verl's origin
+    # stays in this project's namespace (OCI source/revision say where the image is defined)
+    if verl is not None:
+        out["org.opencontainers.image.version"] = verl.version or (verl.commit or "")[:12]
+        if verl.source == "git":
+            out[f"{LABEL_NS}.verl.source"] = verl.repo or ""
+            out[f"{LABEL_NS}.verl.revision"] = verl.commit or ""
+    # the licenses of what the image packages (verl, Megatron-LM, Megatron-Bridge, sglang, torch)
+    out["org.opencontainers.image.licenses"] = "Apache-2.0 AND BSD-3-Clause"
     for c in plan.components:
         out[f"{LABEL_NS}.component.{c.name}"] = c.pin
     if plan.substitutions:
