@@ -92,6 +92,11 @@ def patch_name(index: int, patch) -> str:
     return f"{index:03d}-{patch.name}"
 
 
+def _patch_mounts(c) -> list[dict]:
+    return [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
+            for i, p in enumerate(c.patches)]
+
+
 def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
     """A layer installed from lock.yaml: its share of the resolved set by exact file hash
     (`--no-deps --require-hashes --only-binary`), then its git sources built from their commits
@@ -120,8 +125,7 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
         c = plan.component(item)
         if c is None:
             continue
-        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
-                   for i, p in enumerate(c.patches)]
+        patches = _patch_mounts(c)
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
             breq = [e for e in plan.locked if e[2] == f"build:{c.name}"]
@@ -164,8 +168,7 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
         c = plan.component(item)
         if c is None:
             continue
-        patches = [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
-                   for i, p in enumerate(c.patches)]
+        patches = _patch_mounts(c)
         extras = f"[{','.join(c.extras)}]" if c.extras else ""
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"

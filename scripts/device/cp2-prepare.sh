@@ -16,8 +16,8 @@ PLAT="--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
 #    repo) so megatron's local version label is the upstream commit (0.19.1+5be9626709).
 $PY -m venv $D/bvenv
 $D/bvenv/bin/pip install -q setuptools==80.10.2 pybind11==3.1.0 wheel==0.48.0 "packaging>=24.2"
-git clone -q --shared --no-checkout /work/.mirror/NVIDIA+Megatron-LM/repo /tmp/mlmclone
-git clone -q --shared --no-checkout /work/.mirror/verl-project+verl/repo /tmp/verlclone
+git clone -q --shared --no-checkout "${MLM_REPO:?a local clone or mirror of NVIDIA/Megatron-LM}" /tmp/mlmclone
+git clone -q --shared --no-checkout "${VERL_REPO:?a local clone or mirror of verl-project/verl}" /tmp/verlclone
 for c in 5be9626709af2722333bf54797c954c09edeada3 ba7b5ebce12af60627a80985792a1449ce45f46c; do
   git -C /tmp/mlmclone checkout -q -f $c && git -C /tmp/mlmclone clean -qfdx
   $D/bvenv/bin/pip wheel -q --no-deps --no-build-isolation -w $D/whl/mlm-${c:0:8} /tmp/mlmclone
