@@ -1,14 +1,6 @@
-"""Resolve a plan's Python dependency set for the target platform with pip.
-
-`pip install --dry-run --report` with --python-version 3.12, --platform
-manylinux_2_28_x86_64 and --only-binary=:all: against the manifests' indexes gives every
-package with its exact version and the sha256 of the file it would install.
-
-An index that cannot be reached (the PyTorch CUDA index and verl's wheelhouse, from a
-machine without them) is never silently skipped: each package pinned to it is recorded as
-unverified with the reason, and stands in the resolution as a stub wheel of exactly its
-pinned version, so the constraints other packages place on it (torch==..., and so on)
-are still checked. Its own dependencies are then not part of the set; the lock says so.
+"""Package-index helpers for `lock`: the target platform, index probing and mirrors
+(MTP_INDEX_REWRITE), one wheel downloaded for a probe (the sglang wheel the patch is
+checked against), and metadata-only stub wheels. The resolution itself is resolver.py's.
 
 pip runs isolated from the user's pip configuration (extra indexes, find-links,
 constraints would change the answer); only a CA bundle is passed through
@@ -19,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -29,7 +20,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from .errors import EnvironmentProblem
@@ -237,65 +227,3 @@ def write_stub_wheel(directory: Path, name: str, version: str, requires: list[st
             info = zipfile.ZipInfo(k, date_time=(1980, 1, 1, 0, 0, 0))
             z.writestr(info, v)
     return path
-
-
-def static_requirements(tree: Path) -> tuple[str, str | None, list[str], dict[str, list[str]]] | None:
-    """(name, version or None, dependencies, optional-dependencies) from pyproject.toml when
-    they are static; None when the project computes them (setup.py, dynamic)."""
-    import tomllib
-    path = tree / "pyproject.toml"
-    if not path.is_file():
-        return None
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, OSError):
-        return None
-    proj = data.get("project") or {}
-    dynamic = set(proj.get("dynamic") or [])
-    if "name" not in proj or "dependencies" in dynamic or "optional-dependencies" in dynamic:
-        return None
-    version = None if "version" in dynamic else proj.get("version")
-    return (proj["name"], version, list(proj.get("dependencies") or []),
-            {k: list(v) for k, v in (proj.get("optional-dependencies") or {}).items()})
-
-
-def resolve(requirements: list[str], index_urls: list[str], stubs: dict[str, str],
-            python: str = "3.12") -> dict:
-    """Run pip's resolver. Returns {"ok", "error", "install": [report items]}."""
-    with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
-        tmpd = Path(tmp)
-        stubdir = tmpd / "stubs"
-        stubdir.mkdir()
-        wheels: dict[str, Path] = {}
-        for name, spec in sorted(stubs.items()):
-            if isinstance(spec, str):
-                wheels[canonical(name)] = write_stub_wheel(stubdir, name, spec)
-            else:
-                wheels[canonical(name)] = write_stub_wheel(stubdir, name, spec["version"],
-                                                           spec.get("requires"), spec.get("extras"))
-        # A stub must win over a same-version file on a reachable index (PyPI has a
-        # transformer-engine 2.16.1 too): name it by direct reference.
-        direct = []
-        for line in requirements:
-            req = Requirement(line) if " @ " not in line else None
-            if req is not None and canonical(req.name) in wheels:
-                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-                direct.append(f"{req.name}{extras} @ {wheels[canonical(req.name)].as_uri()}")
-            else:
-                direct.append(line)
-        requirements = direct
-        report = tmpd / "report.json"
-        args = ["install", "--dry-run", "--ignore-installed", "-q", "--report", str(report),
-                "--target", str(tmpd / "target"), *_target_args(python), "--find-links", str(stubdir)]
-        if index_urls:
-            args += ["--index-url", rewrite(index_urls[0])]
-            for url in index_urls[1:]:
-                args += ["--extra-index-url", rewrite(url)]
-        else:
-            args += ["--no-index"]
-        proc = _pip(*args, *requirements)
-        if proc.returncode != 0 or not report.is_file():
-            return {"ok": False, "error": pip_error(proc.stderr + proc.stdout), "install": []}
-        data = json.loads(report.read_text())
-        return {"ok": True, "error": "", "install": data.get("install", []),
-                "stubdir": str(stubdir)}

@@ -16,19 +16,11 @@ import yaml
 
 from mtpimage import cli, rules, sources
 from tests.fixtures.gitrepos import advance_branch
-from tests.fixtures.lock_fixtures import serve_index, standin_manifests
+from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "mtp-cp-recompute"
 
-
-@pytest.fixture
-def fast_net(monkeypatch, tmp_path):
-    monkeypatch.setenv("MTP_NET_RETRIES", "2")
-    monkeypatch.setenv("MTP_NET_BACKOFF_MAX", "0.2")
-    monkeypatch.setenv("MTP_HTTP_TIMEOUT", "5")
-    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def build(*args, env=None) -> subprocess.CompletedProcess:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage import manifest, sources
+from mtpimage import manifest
 from mtpimage.buildctx import build_context
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
 from mtpimage.render import render
 from tests.fixtures.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
-from tests.fixtures.lock_fixtures import serve_index, standin_manifests
+from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "mtp-rollout"          # the profile whose rule (sglang-rollout-fix) needs the patch
@@ -31,16 +31,6 @@ TEST_MANIFESTS = ROOT / "tests" / "manifests"
 SGLANG_PATCH = yaml.safe_load((TEST_MANIFESTS / "components.yaml").read_text())["components"]["sglang"]["patches"][0]
 MEGATRON_FIX_SHA256 = "5429b8e9a1296acd1fc9525f923cf96347d7e2ff7fc0b526812b0ff01107150f"
 
-
-@pytest.fixture
-def fast_net(monkeypatch, tmp_path):
-    monkeypatch.setenv("MTP_NET_RETRIES", "2")
-    monkeypatch.setenv("MTP_NET_BACKOFF_MAX", "0.2")
-    monkeypatch.setenv("MTP_HTTP_TIMEOUT", "5")
-    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
-    sources._DIFFS.clear()
-    yield tmp_path / "cache"
-    sources._DIFFS.clear()
 
 
 def build(*args) -> subprocess.CompletedProcess:
