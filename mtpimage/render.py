@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+from packaging.utils import canonicalize_name as canonical
 
 from . import __version__
+from .locations import IMAGES_DIR
 from .plan import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, Plan
 from .versionvector import labels, vector_bytes
 
-IMAGES_DIR = Path(__file__).resolve().parent.parent / "images"
 PYPI = "pypi"
 
 
@@ -97,30 +98,52 @@ def _patch_mounts(c) -> list[dict]:
             for i, p in enumerate(c.patches)]
 
 
-def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
-    """A layer installed from lock.yaml: its share of the resolved set by exact file hash
-    (`--no-deps --require-hashes --only-binary`), then its git sources built from their commits
-    with their locked build backends, then patches and records. Nothing is resolved here."""
+def _own_packages(plan: Plan, items: tuple[str, ...]) -> set[str]:
+    """The distributions that ARE the layer's components (sglang's own wheel, not its
+    dependencies): they change with a pin or patch bump and so go in the top part."""
+    return {canonical(c.package) for c in (plan.component(i) for i in items) if c is not None}
+
+
+def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
+    """Locked rows by exact file hash (`--no-deps --require-hashes --only-binary`), sdists
+    built from their hashed sdist, and rows locked without a hash by exact version."""
     steps: list[dict] = []
-    mine = [e for e in plan.locked if e[2] == layer_name]
     sdists = {n for n, _ in plan.sdists}
     for index in sorted({e[3] for e in mine}):
         rows = [e for e in mine if e[3] == index]
         hashed = [e for e in rows if e[5] and e[0] not in sdists]
         if hashed:
-            steps.append({"kind": "locked", "name": f"{layer_name}-{index}", "index_url": _index_url(plan, index),
-                          "file": f"{layer_name}-{index}.txt", "patches": [],
+            steps.append({"kind": "locked", "name": f"{name}-{index}", "index_url": _index_url(plan, index),
+                          "file": f"{name}-{index}.txt", "patches": [],
                           "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in hashed)})
         built = [e for e in rows if e[5] and e[0] in sdists]
         if built:
-            steps.append({"kind": "sdist", "name": f"{layer_name}-{index}-sdist", "index_url": _index_url(plan, index),
-                          "file": f"{layer_name}-{index}-sdist.txt", "packages": [e[0] for e in built], "patches": [],
+            steps.append({"kind": "sdist", "name": f"{name}-{index}-sdist", "index_url": _index_url(plan, index),
+                          "file": f"{name}-{index}-sdist.txt", "packages": [e[0] for e in built], "patches": [],
                           "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built)})
         # unreachable when locked (verl's wheelhouse from here): exact version, wheel only, no hash
         for e in rows:
             if not e[5]:
                 steps.append({"kind": "unhashed", "name": e[0], "index_url": _index_url(plan, index),
                               "requirement": f"{e[0]}=={e[1]}", "patches": []})
+    return steps
+
+
+def _locked_dependency_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
+    """The bottom part of a locked layer: its share of the resolved set, less the layer's own
+    components. Heavy (torch, sglang's kernels) and stable across pin and patch bumps."""
+    own = _own_packages(plan, items)
+    return _wheel_steps(plan, layer_name, [e for e in plan.locked
+                                           if e[2] == layer_name and canonical(e[0]) not in own])
+
+
+def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
+    """The top part of a locked layer: its components themselves. A PyPI component's own
+    wheel by hash; git sources built from their commits with their locked build backends;
+    then patches and records. Nothing is resolved here."""
+    own = _own_packages(plan, items)
+    steps = _wheel_steps(plan, f"{layer_name}-self", [e for e in plan.locked
+                                                      if e[2] == layer_name and canonical(e[0]) in own])
     for item in items:
         c = plan.component(item)
         if c is None:
@@ -150,10 +173,33 @@ def _allowed_conflicts(plan: Plan) -> bytes:
             + "\n").encode()
 
 
+def _filled(steps: list[dict]) -> list[dict]:
+    return [{"file": None, "build_file": None, "patches": [], **step} for step in steps]
+
+
+def _install_layers(plan: Plan) -> list[dict]:
+    """The install layers between the python layer and the mode layer. Locked plans put every
+    layer's dependencies first, in catalogue order (gigabytes that change only when the lock
+    moves), then the components themselves (megabytes that change with each pin or patch
+    bump): a verl bump rebuilds verl's own layer and the mode layer, not sglang's kernels."""
+    layers = [layer for layer in plan.layers if layer.name not in (OS_LAYER, MODE_LAYER)]
+    if not plan.locked:
+        return [{"name": layer.name, "members": list(layer.items),
+                 "steps": _layer_steps(plan, layer.name, layer.items)} for layer in layers]
+    out = []
+    for layer in layers:
+        steps = _filled(_locked_dependency_steps(plan, layer.name, layer.items))
+        if steps:
+            out.append({"name": f"{layer.name}-deps", "steps": steps,
+                        "members": [f"from PyPI for {', '.join(layer.items) or layer.name}"]})
+    for layer in layers:
+        steps = _filled(_locked_steps(plan, layer.name, layer.items))
+        if steps and any(plan.component(i) is not None for i in layer.items):
+            out.append({"name": layer.name, "members": list(layer.items), "steps": steps})
+    return out
+
+
 def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
-    if plan.locked:
-        return [{"file": None, "build_file": None, "patches": [], **step}
-                for step in _locked_steps(plan, layer_name, items)]
     steps: list[dict] = []
     pkgs = [plan.package(i) for i in items if plan.package(i) is not None]
     by_index: dict[str, list[str]] = {}
@@ -222,10 +268,7 @@ def _tree(src: Path, prefix: str) -> dict[str, bytes]:
 
 def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rendered:
     images = Path(images or IMAGES_DIR)
-    install_layers = [
-        {"name": layer.name, "members": list(layer.items), "steps": _layer_steps(plan, layer.name, layer.items)}
-        for layer in plan.layers if layer.name not in (OS_LAYER, MODE_LAYER)
-    ]
+    install_layers = _install_layers(plan)
     template = _env(images).get_template("Dockerfile.j2")
     dockerfile = template.render(
         plan=plan, builder_version=__version__, os_packages=list(plan.os_packages),

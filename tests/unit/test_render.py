@@ -17,7 +17,7 @@ import pytest
 from mtpimage import engine, manifest
 from mtpimage.cli import plan_for
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.publish import Registry, pull_strings
+from mtpimage.registry import Registry
 from mtpimage.render import IMAGES_DIR, deterministic_tar, docker_quote, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,14 +98,52 @@ def test_shipped_profiles_with_equal_pins_share_lower_layers():
     assert _mode_split(a.dockerfile)[0] == _mode_split(b.dockerfile)[0]
 
 
-def test_layers_follow_plan_order_and_mode_is_last():
-    plan = _plan(SHIPPED, "mtp-rollout")
-    text = render(plan, SHIPPED.root).dockerfile
-    headers = [line.split()[3] for line in text.splitlines() if line.startswith("# ---- layer: ")]
+def _layer_blocks(text: str) -> list[tuple[str, str]]:
+    """(layer name, its Dockerfile text) in order."""
+    parts = text.split("# ---- layer: ")[1:]
+    return [(part.split()[0], part) for part in parts]
+
+
+def test_unlocked_layers_follow_plan_order_and_mode_is_last():
+    plan = _plan(TESTS, "test-detach")
+    assert not plan.locked
+    text = render(plan, TESTS.root).dockerfile
+    headers = [name for name, _ in _layer_blocks(text)]
     assert headers == [layer.name for layer in plan.layers]
-    assert headers[-1] == "mode" and headers[0] == "os"
-    last_run = text.rindex("\nRUN ")
-    assert last_run < text.index("# ---- layer: mode")
+    assert text.rindex("\nRUN ") < text.index("# ---- layer: mode")
+
+
+@pytest.mark.parametrize("name", SHIPPED.names())
+def test_locked_layers_put_every_dependency_below_every_component(name):
+    # Pin and patch bumps change components (megabytes); their dependencies (gigabytes:
+    # torch, sglang's kernels) change only when the lock does. So all dependency layers
+    # come first, and nothing a bump changes (src/, patches/, a component's own wheel)
+    # reaches them.
+    plan = _plan(SHIPPED, name)
+    assert plan.locked
+    blocks = _layer_blocks(render(plan, SHIPPED.root).dockerfile)
+    headers = [n for n, _ in blocks]
+    assert headers[0] == "os" and headers[-1] == "mode"
+    deps = [i for i, n in enumerate(headers) if n.endswith("-deps")]
+    comps = [i for i, n in enumerate(headers) if n not in ("os", "mode") and not n.endswith("-deps")]
+    assert deps and comps and max(deps) < min(comps)
+    catalogue = [layer.name for layer in plan.layers]
+    assert [headers[i] for i in comps] == [n for n in catalogue
+                                          if any(c.layer == n for c in plan.components)]
+    assert [headers[i][:-len("-deps")] for i in deps] == [n for n in catalogue if f"{n}-deps" in headers]
+    own = {c.package.lower() for c in plan.components}
+    files = render(plan, SHIPPED.root).files
+    for i in deps:
+        block = blocks[i][1]
+        assert "source=src/" not in block and "source=patches/" not in block, headers[i]
+        for req in [f for f in files if f.startswith(f"build/requirements/{headers[i][:-5]}-")]:
+            if "-self-" in req:
+                continue
+            names = {line.split("==")[0].lower() for line in files[req].decode().splitlines()}
+            assert not names & own, (req, names & own)
+    for c in plan.components:
+        where = [headers[i] for i in comps if f"--name {c.name} " in blocks[i][1]]
+        assert where == [c.layer], (c.name, where)
 
 
 def test_manifest_values_are_shell_quoted():
@@ -211,7 +249,7 @@ def test_registry_parse_and_pull_strings():
     reg = Registry.parse("127.0.0.1:5000/mtp")
     assert (reg.host, reg.namespace, reg.insecure) == ("127.0.0.1:5000", "mtp", True)
     d = "sha256:" + "a" * 64
-    p = pull_strings(reg, "mtp-verl", d)
+    p = reg.image("mtp-verl", digest=d).pull_strings()
     assert p["docker"] == f"docker pull 127.0.0.1:5000/mtp/mtp-verl@{d}"
     assert p["pyxis"].startswith(f"srun --container-image=127.0.0.1:5000#mtp/mtp-verl@{d}")
     assert p["enroot"] == f"enroot import docker://127.0.0.1:5000#mtp/mtp-verl@{d}"
