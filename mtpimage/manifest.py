@@ -13,9 +13,9 @@ from typing import Any
 
 from . import schema
 from .errors import InputError
+from .locations import DEFAULT_MANIFESTS
 from .yamlsource import SourceDoc, load_file
 
-DEFAULT_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 GIT_ONLY_FIELDS = ("repo", "ref", "commit")
 NOT_INHERITED = ("name", "extends", "abstract")
 
@@ -133,7 +133,7 @@ def load(root: Path | None = None) -> Manifests:
     root = Path(root or DEFAULT_MANIFESTS)
     if not root.is_dir():
         raise InputError(str(root), None, "manifests directory not found",
-                         "run from the repository root or pass --manifests DIR")
+                         "run where manifests/ is (a checkout's root) or pass --manifests DIR")
     catalogue = load_catalogue(root)
     profiles: dict[str, SourceDoc] = {}
     pdir = root / "profiles"

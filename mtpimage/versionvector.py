@@ -96,10 +96,15 @@ def vector_bytes(plan: Plan) -> bytes:
 
 
 def _git(*args: str) -> str | None:
+    """git in this project's checkout; None for an installed tool (no checkout: a git
+    repository around site-packages is someone else's project, not this one)."""
     import subprocess
-    from pathlib import Path
+
+    from .locations import CHECKOUT
+    if CHECKOUT is None:
+        return None
     try:
-        proc = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent.parent), *args],
+        proc = subprocess.run(["git", "-C", str(CHECKOUT), *args],
                               capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
