@@ -1,37 +1,22 @@
 """The build context: rendered files + the pinned sources and patches, as one normalised tar.
 
-Sources of git components are fetched on this machine with the git CLI, so the user's
-git configuration applies (url.<mirror>.insteadOf, credential helpers, proxies), and
-the build itself needs no access to the git servers. Each fetch is checked against the
-Plan's commit and cached by commit (content-addressed) under the user's cache directory.
+Sources of git components come from the one git fetcher (sources.fetch) on this machine,
+so the user's git configuration applies (url.<mirror>.insteadOf, credential helpers,
+proxies), and the build itself needs no access to the git servers. Each fetch is checked
+against the Plan's commit, retried under the network policy and cached by repository and
+commit.
 Patches by reference are made here from their two commits (same fetcher, same cache),
 local patch files read from manifests/; either is checked against its pinned sha256.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import os
-import subprocess
 import tarfile
-import tempfile
-from pathlib import Path
 
 from .errors import EnvironmentProblem
 from .plan import Component
 from .render import Rendered, deterministic_tar
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("MTP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-image-builder")
-    return Path(base) / "sources"
-
-
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, env=env)
 
 
 def fetch_archive(comp: Component) -> bytes:
@@ -45,12 +30,12 @@ def fetch_archive(comp: Component) -> bytes:
     except sources.GitError as exc:
         raise EnvironmentProblem(f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
                                  "or point git at a mirror with url.<mirror>.insteadOf)") from None
-    proc = _git(["ls-files", "-z", "--cached"], tree.path)
+    proc = sources.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
-        raise EnvironmentProblem(f"git ls-files in the {comp.name} cache failed: {proc.stderr.decode()[-300:]}")
+        raise EnvironmentProblem(f"git ls-files in the {comp.name} cache failed: {proc.stderr[-300:]}")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(x for x in proc.stdout.decode().split("\0") if x):
+        for rel in sorted(x for x in proc.stdout.split("\0") if x):
             path = tree.path / rel
             if not path.is_file() or path.is_symlink():
                 continue          # sparse (missing from the mirror) or a link: not needed to install

@@ -7,10 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from . import manifest, rules
+from . import rules
 from .errors import EXIT_ENV, EXIT_INPUT, EXIT_RULES, BuilderError, InputError
 from .modelconfig import model_warnings
-from .plan import IMAGE_REPOSITORY, Plan, build_plan, verl_facts
+from .plan import Plan, verl_facts
+from .planning import load_for
+from .planning import plan_for  # noqa: F401 - also imported from here by tests and bench
 from .report import print_check, print_plan
 
 
@@ -84,26 +86,8 @@ def command_modules():
     return MODULES
 
 
-def _load(args) -> manifest.Manifests:
-    return manifest.load(getattr(args, "manifests", None))
-
-
-def plan_for(m: manifest.Manifests, name: str, sets) -> Plan:
-    """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
-    matches it: they are part of what the image is, so of its identity too."""
-    import dataclasses
-
-    from .lockfile import locked_requirements
-
-    from .substitute import apply as substitute
-
-    plan = build_plan(m, manifest.resolve_profile(m, name, sets))
-    locked = locked_requirements(m, plan)
-    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan)
-
-
 def cmd_list(args) -> int:
-    m = _load(args)
+    m = load_for(args)
     rows = []
     for name in m.names():
         plan = plan_for(m, name, getattr(args, "sets", None))
@@ -121,7 +105,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_check(args) -> int:
-    m = _load(args)
+    m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
     reports = []
     unfetched: dict[str, str] = {}      # component -> why its source could not be fetched
@@ -178,7 +162,7 @@ def _remembering_fetch():
 
 
 def cmd_explain(args) -> int:
-    m = _load(args)
+    m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None))
     if args.target not in plan.targets:
         raise InputError("--target", args.target,
@@ -190,7 +174,8 @@ def cmd_explain(args) -> int:
     if args.model_config:
         notes += model_warnings(args.model_config)
     if args.cluster:
-        print(cluster_script(args, m, plan), end="")
+        from .cluster import published_job_script
+        print(published_job_script(plan, m.root, args.target, args.cluster, args.registry, args.digest), end="")
         return 0
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
@@ -219,33 +204,8 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def cluster_script(args, m: manifest.Manifests, plan: Plan) -> str:
-    """The job script, pinned to the digest of this plan's tested image in the registry."""
-    import re
-
-    from .cluster import job_script
-    from .publish import Registry
-    from .render import render
-
-    if not args.registry:
-        raise InputError("--registry", None, "--cluster needs the registry the image was pushed to",
-                         "add --registry HOST[:PORT]/NAMESPACE")
-    reg = Registry.parse(args.registry)
-    digest = args.digest
-    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise InputError("--digest", digest, "expected sha256:<64 hex>")
-    if digest is None:
-        identity = render(plan, m.root).identity
-        digest = reg.manifest_digest(IMAGE_REPOSITORY, identity)
-        if digest is None:
-            raise InputError("--registry", args.registry,
-                             f"{reg.ref(IMAGE_REPOSITORY, identity)} is not published",
-                             f"run python build.py --profile {plan.profile} --push --registry {args.registry}")
-    return job_script(plan, args.target, args.cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest)
-
-
 def cmd_main(args) -> int:
-    m = _load(args)
+    m = load_for(args)
     name = args.profile or DEFAULT_PROFILE
     plan = plan_for(m, name, args.sets)
     results = rules.evaluate(plan)
@@ -259,11 +219,9 @@ def cmd_main(args) -> int:
         return EXIT_RULES
     if args.dry_run:
         return 0
-    for module in command_modules():
-        code = module.run_main(args, m, plan, results) if hasattr(module, "run_main") else None
-        if code is not None:
-            return code
-    raise BuilderError("no build stage is installed; use --dry-run to see the plan")
+    from .commands.image import main_job
+    from .pipeline import run
+    return run(main_job(args, m, plan))
 
 
 COMMANDS = {"list": cmd_list, "check": cmd_check, "explain": cmd_explain}

@@ -44,10 +44,13 @@ class TestReport:
 def _registry_host(ref: str) -> str | None:
     """The registry a reference names explicitly (`host[:port]/...`), or None for a bare name
     (which docker would look up on docker.io)."""
-    first, sep, _ = ref.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return None
+    from .registry import ImageRef
+
+    try:
+        parsed = ImageRef.parse(ref)
+    except InputError:
+        return None         # not a reference docker could pull either: reported as not found
+    return parsed.host if parsed.explicit_host else None
 
 
 def ensure_local(image: str, flag: str = "--image") -> None:

@@ -20,8 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
-
+from . import netpolicy
 from .errors import EnvironmentProblem
 from .sources import cache_root
 
@@ -61,14 +60,6 @@ def ca_bundle() -> str | None:
     return None
 
 
-def _timeout() -> float:
-    return float(os.environ.get("MTP_HTTP_TIMEOUT", "20"))
-
-
-def _attempts() -> int:
-    return max(1, int(os.environ.get("MTP_NET_RETRIES", "3")))
-
-
 class _Transient(Exception):
     pass
 
@@ -80,7 +71,7 @@ def probe_index(url: str, project: str) -> str | None:
 
     def call():
         try:
-            r = requests.get(target, timeout=_timeout(), verify=ca_bundle() or True,
+            r = requests.get(target, timeout=netpolicy.http_timeout(), verify=ca_bundle() or True,
                              headers={"Accept": "application/vnd.pypi.simple.v1+html, text/html"})
         except (requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from exc
@@ -89,8 +80,7 @@ def probe_index(url: str, project: str) -> str | None:
         return r
 
     try:
-        r = Retrying(stop=stop_after_attempt(_attempts()), wait=wait_exponential(multiplier=0.5, max=8),
-                     retry=retry_if_exception_type(_Transient), reraise=True)(call)
+        r = netpolicy.retrying(lambda exc: isinstance(exc, _Transient))(call)
     except _Transient as exc:
         return f"{target}: {exc}"
     except requests.RequestException as exc:
@@ -113,8 +103,8 @@ def pip_env() -> dict:
 
 
 def _pip(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pip", *args, "--timeout", str(int(_timeout())),
-           "--retries", str(_attempts())]
+    cmd = [sys.executable, "-m", "pip", *args, "--timeout", str(int(netpolicy.http_timeout())),
+           "--retries", str(netpolicy.attempts())]
     if ca_bundle():
         cmd += ["--cert", ca_bundle()]
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from . import pydeps
+from . import netpolicy, pydeps
 from .errors import EnvironmentProblem
 from .sources import cache_root
 
@@ -183,8 +183,8 @@ def _html_files(url: str, text: str) -> list[dict]:
         fname = base.rsplit("/", 1)[-1]
         if digest is None and fname.endswith((".whl", ".tar.gz")):
             h = hashlib.sha256()
-            with requests.get(base, timeout=pydeps._timeout(), verify=pydeps.ca_bundle() or True,
-                              stream=True) as r:
+            with requests.get(base, timeout=netpolicy.http_timeout(),
+                              verify=pydeps.ca_bundle() or True, stream=True) as r:
                 r.raise_for_status()
                 for chunk in r.iter_content(1 << 20):
                     h.update(chunk)
@@ -196,21 +196,28 @@ def _html_files(url: str, text: str) -> list[dict]:
 def _page(index_url: str, name: str) -> dict:
     import requests
     url = f"{pydeps.rewrite(index_url).rstrip('/')}/{name}/"
-    for attempt in range(pydeps._attempts()):
+
+    class Unanswered(Exception):
+        pass
+
+    def once() -> dict:
         try:
-            r = requests.get(url, timeout=pydeps._timeout(), verify=pydeps.ca_bundle() or True,
+            r = requests.get(url, timeout=netpolicy.http_timeout(), verify=pydeps.ca_bundle() or True,
                              headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
             if r.status_code == 200:
                 if "json" in r.headers.get("content-type", ""):
                     return r.json()
                 return {"files": _html_files(url, r.text)}
-            if r.status_code == 404:
-                return {"files": []}
         except requests.RequestException as exc:
-            last = exc
-            continue
-        last = RuntimeError(f"HTTP {r.status_code}")
-    raise EnvironmentProblem(f"index {url} did not answer: {last}")
+            raise Unanswered(str(exc)) from exc
+        if r.status_code == 404:
+            return {"files": []}
+        raise Unanswered(f"HTTP {r.status_code}")
+
+    try:
+        return netpolicy.retrying(lambda exc: isinstance(exc, Unanswered))(once)
+    except Unanswered as exc:
+        raise EnvironmentProblem(f"index {url} did not answer: {exc}") from None
 
 
 def choose_file(files: list[dict], name: str, version: str, tags: list, sdist_ok: bool = False) -> dict | None:

@@ -21,9 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenacity import (RetryError, Retrying, retry_if_exception, stop_after_attempt,
-                      wait_exponential)
-
+from . import netpolicy
 from .errors import EnvironmentProblem
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -49,18 +47,6 @@ def cache_root() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mtp-image-builder"
-
-
-def _timeout() -> float:
-    return float(os.environ.get("MTP_GIT_TIMEOUT", "300"))
-
-
-def _attempts() -> int:
-    return max(1, int(os.environ.get("MTP_NET_RETRIES", "3")))
-
-
-def _wait_max() -> float:
-    return float(os.environ.get("MTP_NET_BACKOFF_MAX", "8"))
 
 
 class GitError(EnvironmentProblem):
@@ -97,25 +83,20 @@ def git(*args: str, cwd: Path | None = None, timeout: float | None = None,
     cmd = ["git"] + (["-C", str(cwd)] if cwd else []) + list(args)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, env=_env(), input=input,
-                              timeout=timeout or _timeout())
+                              timeout=timeout or netpolicy.git_timeout())
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(cmd, 124, exc.stdout or "",
                                            f"timed out after {exc.timeout:.0f} s")
 
 
 def _retrying(fn):
-    """Call fn() with retries on transient git errors (not offline, not missing)."""
+    """Call fn() under the network policy, retrying transient git errors (not offline, not
+    missing, not a blob the mirror lacks)."""
     def transient(exc: BaseException) -> bool:
         return (isinstance(exc, GitError) and not exc.offline and not exc.missing
                 and "unable to read" not in exc.stderr.lower())
 
-    retry = Retrying(stop=stop_after_attempt(_attempts()),
-                     wait=wait_exponential(multiplier=0.5, max=_wait_max()),
-                     retry=retry_if_exception(transient), reraise=True)
-    try:
-        return retry(fn)
-    except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
-        raise exc.last_attempt.exception()
+    return netpolicy.retrying(transient)(fn)
 
 
 def ls_remote(repo: str, ref: str) -> str:
@@ -315,7 +296,7 @@ def commit_diff(repo: str, base: str, head: str, paths: tuple[str, ...] = ()) ->
     def run(*args: str) -> bytes:
         try:
             proc = subprocess.run([*base_cmd, *args, base, head, "--", *paths], capture_output=True,
-                                  env=env, timeout=_timeout())
+                                  env=env, timeout=netpolicy.git_timeout())
         except subprocess.TimeoutExpired as exc:
             raise GitError(repo, f"git diff {base[:12]}..{head[:12]}", f"timed out after {exc.timeout:.0f} s",
                            head) from None

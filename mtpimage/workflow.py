@@ -17,7 +17,6 @@ tests/unit/test_workflow.py checks each option against the CLI parser.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -26,13 +25,14 @@ import yaml
 from .errors import InputError
 from .manifest import Manifests, resolve_profile
 from .plan import IMAGE_REPOSITORY, build_plan
+from .registry import OWNER, ImageRef, Registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "workflows"
 IMAGES_WORKFLOW = ".github/workflows/images.yml"
 TESTS_WORKFLOW = ".github/workflows/tests.yml"
 
-OWNER = "{owner}"                 # replaced at run time by the lower-cased repository owner
+# OWNER ("{owner}") is replaced at run time by the lower-cased repository owner.
 DEFAULT_REGISTRY = f"ghcr.io/{OWNER}"
 RUNNER = "ubuntu-24.04"
 RUNNER_PYTHON = "3.12"
@@ -44,42 +44,35 @@ CLEANUP_PATHS = ("/usr/share/dotnet", "/opt/ghc", "/usr/local/.ghcup", "/usr/loc
 TRIGGER_PATHS = ("manifests/**", "images/**", "mtpimage/**", "build.py", "requirements.txt",
                  IMAGES_WORKFLOW)
 
-_HOST = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]{1,5})?"
-_PART = r"(?:[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*|\{owner\})"
-REGISTRY_RE = re.compile(rf"^(?P<host>{_HOST})/(?P<ns>{_PART}(?:/{_PART})*)$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 HEADER_REGISTRY_RE = re.compile(r"^# registry: (\S+)$", re.M)
 
 
-@dataclass(frozen=True)
-class Registry:
-    value: str          # as given, e.g. ghcr.io/{owner} or registry.example.com:5000/ml
-
-    @property
-    def host(self) -> str:
-        return self.value.split("/", 1)[0]
-
-    @property
-    def ghcr(self) -> bool:
-        return self.host == "ghcr.io"
-
-    @property
-    def needs_owner(self) -> bool:
-        return OWNER in self.value
-
-    def shell(self) -> str:
-        """The registry as a bash double-quoted word; the owner comes from $OWNER, lower-cased
-        (GHCR refuses upper case; `${{ github.repository_owner }}` keeps the account's case)."""
-        return self.value.replace(OWNER, "${OWNER,,}")
-
-
 def parse_registry(value: str) -> Registry:
-    if not REGISTRY_RE.match(value or ""):
-        raise InputError("--registry", value,
-                         "expected HOST[:PORT]/NAMESPACE in lower case (the namespace may be "
-                         f"'{OWNER}' for the repository owner)",
-                         f"for example --registry {DEFAULT_REGISTRY} or --registry registry.example.com:5000/ml")
-    return Registry(value)
+    """The registry model's HOST[:PORT]/NAMESPACE, held stricter here because it is baked
+    into a workflow: a namespace is required (`{owner}` allowed), all in lower case (GHCR
+    refuses upper case), no trailing slash."""
+    fail = InputError("--registry", value,
+                      "expected HOST[:PORT]/NAMESPACE in lower case (the namespace may be "
+                      f"'{OWNER}' for the repository owner)",
+                      f"for example --registry {DEFAULT_REGISTRY} or --registry registry.example.com:5000/ml")
+    try:
+        reg = Registry.parse(value, owner_placeholder=True)
+    except InputError:
+        raise fail from None
+    if not reg.namespace or str(reg) != value or value != value.lower():
+        raise fail
+    return reg
+
+
+def needs_owner(registry: Registry) -> bool:
+    return OWNER in registry.namespace
+
+
+def shell_word(registry: Registry) -> str:
+    """The registry as a bash double-quoted word; the owner comes from $OWNER, lower-cased
+    (GHCR refuses upper case; `${{ github.repository_owner }}` keeps the account's case)."""
+    return str(registry).replace(OWNER, "${OWNER,,}")
 
 
 def load_actions(path: Path | None = None) -> dict[str, dict]:
@@ -111,7 +104,7 @@ def image_profiles(m: Manifests) -> list[dict]:
 
 def regenerate_command(registry: Registry) -> str:
     cmd = "python build.py ci"
-    return cmd if registry.value == DEFAULT_REGISTRY else f"{cmd} --registry {registry.value}"
+    return cmd if str(registry) == DEFAULT_REGISTRY else f"{cmd} --registry {registry}"
 
 
 def _env() -> jinja2.Environment:
@@ -131,11 +124,11 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
     publish_refs = "(github.ref == 'refs/heads/main' || startsWith(github.ref, 'refs/tags/'))"
     context = {
         "regenerate": regenerate_command(registry),
-        "registry": registry.value,
-        "registry_shell": registry.shell(),
-        "owner_in_registry": registry.needs_owner,
+        "registry": str(registry),
+        "registry_shell": shell_word(registry),
+        "owner_in_registry": needs_owner(registry),
         "login_host": registry.host,
-        "ghcr": registry.ghcr,
+        "ghcr": registry.host == "ghcr.io",
         "repository": IMAGE_REPOSITORY,
         "profiles": image_profiles(m),
         "actions": actions,
@@ -165,8 +158,11 @@ def current_registry(root: Path) -> str:
     path = root / IMAGES_WORKFLOW
     if path.is_file():
         found = registry_in(path.read_text())
-        if found and REGISTRY_RE.match(found):
-            return found
+        if found:
+            try:
+                return str(parse_registry(found))
+            except InputError:
+                pass
     return DEFAULT_REGISTRY
 
 
@@ -200,17 +196,7 @@ def write(root: Path, files: dict[str, str]) -> list[str]:
 # Missing keys only shorten the summary; a missing or unreadable file is reported, not fatal.
 def pull_strings(reference: str, digest: str) -> dict[str, str]:
     """Ways to pull REGISTRY/PATH[:TAG] by digest: docker, pyxis (srun), enroot, apptainer."""
-    repo = reference.split("@", 1)[0]
-    if ":" in repo.rsplit("/", 1)[-1]:
-        repo = repo.rsplit(":", 1)[0]
-    host, _, path = repo.partition("/")
-    pinned = f"{repo}@{digest}"
-    return {
-        "docker": f"docker pull {pinned}",
-        "pyxis": f"srun --container-image={host}#{path}@{digest}",
-        "enroot": f"enroot import docker://{host}#{path}@{digest}",
-        "apptainer": f"apptainer pull docker://{pinned}",
-    }
+    return ImageRef.parse(reference, flag="summary references").pinned(digest).pull_strings()
 
 
 def _code(text: str) -> str:
@@ -234,7 +220,11 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
     if digest:
         rows.append(("digest", _code(digest)))
     if refs and digest and data.get("pushed", True):
-        for how, text in pull_strings(refs[0], digest).items():
+        try:
+            pulls = pull_strings(refs[0], digest)
+        except InputError:
+            pulls = {}          # not a reference this tool writes: the rows above still say it
+        for how, text in pulls.items():
             rows.append((how, _code(text)))
     elif not data.get("pushed"):
         rows.append(("pushed", "no (pull request: build and test only)"))

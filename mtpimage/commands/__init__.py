@@ -1,12 +1,11 @@
-"""Subcommands of the stages after the plan (lock, image build/test/publish, ...).
+"""Subcommands of the stages after the plan: parsing and printing only; what they do lives
+in the domain modules (locking.py, pipeline.py, publish.py, cluster.py, workflow.py, ...).
 
 Each module exposes:
   register(subparsers, add_common)   add its subcommands; set `func=handler(args) -> int`
-  add_main_options(parser)           optional: options of the main job (`build.py --profile ...`)
-  run_main(args, manifests, plan, results) -> int | None
-                                     optional: its part of the main job; None = not handled
+  add_main_options(parser)           optional: options of the main job (`build.py --profile ...`),
+                                     which runs as pipeline.run(commands.image.main_job(args, ...))
 """
 from . import ci, cluster, image, lock
 
-# Order matters for the main job: lock (frozen check) runs before image (build/test/push).
-MODULES = [lock, image, ci, cluster]
+MODULES = [lock, image, ci, cluster]     # the order of their subcommands in --help

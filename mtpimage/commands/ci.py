@@ -84,13 +84,13 @@ def cmd_ci(args) -> int:
     changed = workflow.write(root, files)
     for rel in sorted(files):
         print(f"{'wrote' if rel in changed else 'unchanged'} {rel}")
-    print(f"registry: {registry.value}")
+    print(f"registry: {registry}")
     return 0
 
 
 # -- diff ------------------------------------------------------------------------------------
 def _side(m, ref: str, sets) -> vvdiff.Side:
-    from ..cli import plan_for
+    from ..planning import plan_for
     if ref in m.profiles:
         return vvdiff.side_from_plan(plan_for(m, ref, sets))
     if sets:

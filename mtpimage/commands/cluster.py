@@ -7,11 +7,11 @@ from ..plan import IMAGE_REPOSITORY
 
 
 def cmd_export(args) -> int:
-    from ..cli import _load, plan_for
     from ..export import export_enroot
+    from ..planning import load_for, plan_for
     from ..render import render
 
-    m = _load(args)
+    m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None))
     image = args.image or f"{IMAGE_REPOSITORY}:{render(plan, m.root).identity}"
     out = args.out or Path("out") / f"{image.split('/')[-1].replace(':', '+')}.sqsh"

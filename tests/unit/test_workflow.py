@@ -275,7 +275,7 @@ def test_bad_registry_is_one_line_input_error(bad, tmp_path):
                                   "nvcr.io/{owner}/images"])
 def test_good_registries_parse(good):
     reg = workflow.parse_registry(good)
-    assert reg.value == good and "/" not in reg.host
+    assert str(reg) == good and "/" not in reg.host
 
 
 # -- tests.yml -------------------------------------------------------------------------------

@@ -1,0 +1,476 @@
+"""The lock domain: verify every pin, resolve the whole image once, probe the sources and
+write manifests/lock.yaml (the command line is commands/lock.py's).
+
+What cannot be checked from this machine (a host git cannot resolve, an index that does
+not answer, the base image's registry) is recorded as `verified: false` with the reason;
+anything that answered and said no (a commit missing upstream, a refused connection, a
+transfer cut off) fails the lock, and neither lock.yaml nor the source cache is changed.
+Two runs on one manifests directory serialise on a file lock (`exclusive`).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import lockfile, manifest, pydeps, resolver, rules, sources, srcmeta
+from .errors import BuilderError, InputError
+from .patches import PatchUnavailable
+from .patches import as_files as patch_files
+from .plan import Component, Plan, build_plan
+from .probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
+
+BASE_UNVERIFIED = ("lock does not query container registries; the digest is kept as written "
+                   "in components.yaml (verify with `docker buildx imagetools inspect NAME:TAG`)")
+
+
+@dataclass
+class LockOutcome:
+    """What a lock run did, for the command to print."""
+    written: bool                          # False: refused (--require-verified), nothing written
+    changed: bool = False                  # lock.yaml's bytes changed
+    moved: list[str] = field(default_factory=list)        # --upgrade: pins moved
+    profiles: int = 0
+    components: int = 0
+    packages: int = 0                      # Python packages resolved in this run
+    resolve_seconds: float = 0.0
+    elapsed: float = 0.0
+    unverified: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- upgrade
+
+
+def upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
+    """Re-resolve refs; rewrite components.yaml in place. Returns lines describing moves."""
+    comps: dict[str, dict] = {}
+    for name in names:
+        rp = manifest.resolve_profile(m, name)
+        for cname, c in rp.components.items():
+            if "commit" in rp.overridden.get(cname, []) and (target in ("*", cname)):
+                raise InputError(m.profiles[name].file, f"stack.overrides.{cname}.commit",
+                                 f"profile {name} overrides the commit of {cname}",
+                                 "edit that override by hand; --upgrade rewrites components.yaml only")
+            comps.setdefault(cname, c)
+    if target != "*":
+        if target not in comps:
+            raise InputError("--upgrade", target, f"'{target}' is not a component of the locked profiles",
+                             f"use one of: {', '.join(sorted(comps))}")
+        if comps[target]["source"] != "git":
+            raise InputError("--upgrade", target, f"{target} comes from PyPI, pinned by version",
+                             "edit its version in manifests/components.yaml")
+        comps = {target: comps[target]}
+    cat_path = m.root / "components.yaml"
+    text = cat_path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    moved = []
+    for cname, c in sorted(comps.items()):
+        if c["source"] != "git" or not c.get("ref") or sources.SHA_RE.match(c["ref"]):
+            continue
+        new = sources.ls_remote(c["repo"], c["ref"])
+        if new == c.get("commit"):
+            continue
+        loc = m.catalogue.where("components", cname, "commit")
+        lineno = int(loc.rsplit(":", 1)[1]) - 1 if ":" in loc else -1
+        if lineno < 0 or c.get("commit", "") not in lines[lineno]:
+            raise InputError(loc, f"components.{cname}.commit", "cannot find the commit line to rewrite",
+                             "set the commit by hand")
+        lines[lineno] = lines[lineno].replace(c["commit"], new, 1)
+        note = f"{cname}: {c['ref']} {c['commit'][:12]} -> {new[:12]}"
+        if c.get("version"):
+            note += f" (check `version: {c['version']}`: it described the old commit)"
+        moved.append(note)
+    if moved:
+        tmp = cat_path.with_name(".components.yaml.tmp")
+        tmp.write_text("".join(lines), encoding="utf-8")
+        tmp.replace(cat_path)
+    return moved
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def _source_root(tree: Path, c: Component) -> Path:
+    """A git source's patches apply at its repository root (the diff's paths), not its subdir."""
+    if c.source != "git" or c.subdir in ("", "."):
+        return tree
+    return tree.parents[len(Path(c.subdir).parts) - 1]
+
+
+class Locker:
+    def __init__(self, m: manifest.Manifests):
+        self.m = m
+        self.ss = SourceSet()
+        self.unverified: list[str] = []
+        self.failures: list[str] = []
+        self.sets: dict[str, dict] = {}
+        self.resolve_seconds = 0.0
+
+    # components -------------------------------------------------------------
+    def component_entry(self, plan: Plan, c) -> dict:
+        self.ss.indexes = dict(plan.indexes)
+        entry = lockfile.component_pin(c)
+        tree = self.ss.tree(c)        # raises GitError on anything but "offline"
+        if tree is None:
+            reason = self.ss.unavailable.get(c.name, "not fetched")
+            entry.update(verified=False, reason=reason)
+            what = f"commit {c.commit}" if c.source == "git" else f"{c.package}=={c.version}"
+            self.unverified.append(f"{c.name}: {what}: {reason}")
+        else:
+            entry["verified"] = True
+            if c.source == "git" and sources.missing_paths(tree):
+                # the commit is verified by hash; these files were absent from the mirror
+                entry["missing_from_mirror"] = sources.missing_paths(tree)
+            if c.source == "pypi":
+                wheel = next(iter(sorted(tree.parent.glob("*.whl"))), None)
+                if wheel is not None:
+                    entry.update(file=wheel.name, sha256=pydeps.sha256_file(wheel))
+        patches = []
+        where = self.patch_where(plan, c.name)
+        src_root = _source_root(tree, c) if tree is not None else None
+        for i, p in enumerate(c.patches):
+            pe = lockfile.patch_pin(p)
+            if p.repo:
+                pe["made_with"] = sources.diff_command(p.base, p.head, p.paths)
+            try:
+                with patch_files(c.name, (p,), self.m.root, where) as [(path, _strip)]:
+                    if tree is None:
+                        pe.update(applies=None, verified=False, reason="source not available to apply it to")
+                        self.unverified.append(f"{c.name}: patch {p.describe()}: not checked (source unavailable)")
+                        patches.append(pe)
+                        continue
+                    if c.source == "git":
+                        ok, err = sources.apply_check(src_root, path, p.strip)
+                        pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
+                    else:
+                        ok, err = patch_dry_run(tree, path, p.strip)
+                        pe["checked_with"] = f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
+            except PatchUnavailable as exc:
+                if not exc.offline:
+                    raise
+                pe.update(applies=None, verified=False, reason=f"patch source unreachable: {exc.reason}")
+                self.unverified.append(f"{c.name}: patch {p.describe()}: not made ({exc.reason})")
+                patches.append(pe)
+                continue
+            pe.update(applies=ok, verified=True)
+            if not ok:
+                pe["error"] = err
+                self.failures.append(f"{c.name}: patch {p.describe()} does not apply: {err}")
+            patches.append(pe)
+        entry["patches"] = patches
+        return entry
+
+    def patch_where(self, plan: Plan, comp: str) -> str:
+        """file:line of a component's patch list: its profile's override, or components.yaml."""
+        if "patches" in dict(plan.overridden).get(comp, ()):
+            return self.m.profiles[plan.profile].file
+        return self.m.catalogue.where("components", comp, "patches")
+
+    # python -----------------------------------------------------------------
+    def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
+        """A git source's resolution stub: its own metadata, read from the fetched source.
+        The catalogue's version must agree with the source's (a disagreement names both)."""
+        tree = self.ss.trees.get(c.name)
+        if tree is None:
+            reason = self.ss.unavailable.get(c.name, "not fetched")
+            raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
+                               f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
+                               "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
+                               "metadata and never guesses it)")
+        try:
+            meta = srcmeta.read(tree)           # SourceSet trees already point into subdir
+        except srcmeta.MetadataUnreadable as exc:
+            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}",
+                             f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",
+                             "set dependencies.declared: false and list its runtime needs in "
+                             "dependencies.add") from None
+        if pydeps.canonical(meta.name) != pydeps.canonical(c.package):
+            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}.package",
+                             f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
+                             f"set package: {meta.name}")
+        from packaging.version import InvalidVersion, Version
+        try:
+            same = Version(c.version or "0") == Version(meta.version)
+        except InvalidVersion:
+            same = c.version == meta.version
+        if c.version and not same:
+            raise InputError(self.m.catalogue.where("components", c.name, "version"),
+                             f"components.{c.name}.version",
+                             f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
+                             f"{meta.version} ({meta.where})", f"set version: {meta.version}")
+        requires = list(meta.requires) if c.deps_declared else []
+        requires += list(c.deps_add)
+        extras = {k: list(v) for k, v in meta.extras.items()} if c.deps_declared else {}
+        return meta.version, {"version": meta.version, "requires": requires, "extras": extras,
+                              "declared": list(meta.requires)}
+
+    def python_set(self, plan: Plan) -> str:
+        indexes = dict(plan.indexes)
+        used = {p.index for p in plan.packages} | {c.index for c in plan.components if c.source == "pypi"}
+        used.add("pypi")
+        reach: dict[str, str | None] = {}
+        for name in sorted(used):
+            probe = next((p.name for p in plan.packages if p.index == name), None) or \
+                next((c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip")
+            reach[name] = pydeps.probe_index(indexes[name], probe)
+        requirements: list[str] = []
+        stubs: dict = {}
+        unverified: dict[str, str] = {}
+        owner: dict[str, str] = {}          # canonical distribution -> component/package name
+        versions: dict[str, str] = {}
+        for p in plan.packages:
+            requirements.append(p.requirement)
+            owner[pydeps.canonical(p.name)] = p.name
+            if reach[p.index]:
+                if p.requires_dist is None:
+                    raise InputError(self.m.catalogue.where("packages", p.name), f"packages.{p.name}",
+                                     f"index {p.index} is unreachable ({reach[p.index]}) and the package "
+                                     "has no requires_dist", "add requires_dist (requires + source) from "
+                                     "where its metadata is recorded, or lock where the index answers")
+                stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist)}
+                unverified[p.name] = (f"index {p.index} ({indexes[p.index]}) unreachable: no file or sha256; "
+                                      "Requires-Dist from components.yaml requires_dist")
+        for c in plan.components:
+            extras = f"[{','.join(c.extras)}]" if c.extras else ""
+            owner[pydeps.canonical(c.package)] = c.name
+            if c.source == "pypi":
+                requirements.append(f"{c.package}{extras}=={c.version}")
+                if reach[c.index]:
+                    stubs[c.package] = {"version": c.version, "requires": []}
+                    unverified[c.package] = (f"index {c.index} unreachable ({reach[c.index]}): no file, "
+                                             "sha256 or dependencies")
+                continue
+            version, stub = self._stub_for(plan, c)
+            versions[c.package] = version
+            requirements.append(f"{c.package}{extras}=={version}")
+            stubs[c.package] = stub
+        # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
+        # alone still resolves (offline, --no-index); anything that needs the index fails there.
+        reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + \
+            [indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]]
+        if reach["pypi"]:
+            self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
+        overrides = [o[0] for o in plan.overrides]
+        excludes = [e[0] for e in plan.excludes]
+        stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in stubs.items()}
+        key = lockfile.set_key(requirements, {n: indexes[n] for n in sorted(used)},
+                               {"stubs": stub_key, "overrides": overrides, "excludes": excludes})
+        if key in self.sets:
+            return key
+        doc: dict = {"requirements": sorted(requirements),
+                     "indexes": {n: ({"url": indexes[n], "verified": True} if not reach[n] else
+                                     {"url": indexes[n], "verified": False, "reason": reach[n]})
+                                 for n in sorted(used)},
+                     "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+                     "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes]}
+        t0 = time.monotonic()
+        try:
+            res = resolver.resolve(requirements, stubs, overrides, excludes, reachable, plan.python)
+        except resolver.ResolutionFailed as exc:
+            self.resolve_seconds += time.monotonic() - t0
+            doc.update(resolved=False, error=str(exc), packages={})
+            self.failures.append(f"python set {key} ({plan.profile}): the stack does not resolve: {exc} "
+                                 "(fix: an override or exclude in components.yaml `resolution`, with why and link)")
+            self.sets[key] = doc
+            return key
+        # layers: the plan's own layers, members first
+        members = []
+        for layer in plan.layers:
+            names = []
+            for item in layer.items:
+                pk = plan.package(item)
+                cp = plan.component(item)
+                if pk is not None:
+                    names.append(pk.name)
+                elif cp is not None:
+                    names.append(cp.package)
+            if names:
+                members.append((layer.name, names))
+        layers = resolver.assign_layers(res.packages, members)
+        pins_by_index: dict[str, dict[str, str]] = {}
+        index_of: dict[str, str] = {}
+        for name, entry in res.packages.items():
+            if entry["stub"]:
+                continue
+            pk = plan.package(owner.get(name, "")) if name in owner else None
+            idx = pk.index if pk is not None else "pypi"
+            index_of[name] = idx
+            pins_by_index.setdefault(idx, {})[name] = entry["version"]
+        files: dict[str, dict] = {}
+        for idx, pins in sorted(pins_by_index.items()):
+            try:
+                files.update(resolver.select_files(pins, indexes[idx], plan.python,
+                                                   {pydeps.canonical(n) for n, _w in plan.sdists}))
+            except resolver.ResolutionFailed as exc:
+                self.failures.append(f"python set {key} ({plan.profile}): {exc}")
+                doc.update(resolved=False, error=str(exc), packages={})
+                self.sets[key] = doc
+                return key
+        self.resolve_seconds += time.monotonic() - t0
+        packages = {}
+        for name, entry in res.packages.items():
+            e: dict = {"version": entry["version"], "layer": layers[name]}
+            comp = plan.component(owner.get(name, ""))
+            if comp is not None and comp.source == "git":
+                e["source"] = f"git ({comp.name})"
+                stub = stubs[comp.package]
+                if not comp.deps_declared:
+                    e["declared_dependencies"] = "not installed (dependencies.declared: false)"
+            elif entry["stub"]:
+                e.update(index=plan.package(owner[name]).index, verified=False,
+                         reason=unverified.get(owner[name], "stub"))
+            else:
+                e.update(index=index_of[name], **files[name])
+            e["via"] = entry["via"]
+            packages[name] = e
+        doc.update(resolved=True, packages=dict(sorted(packages.items())))
+        # what stood in for the sources and the unreachable packages: enough to re-run this
+        # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
+        doc["stubs"] = {n: {"version": v["version"], "requires": list(v.get("requires") or []),
+                            **({"extras": v["extras"]} if v.get("extras") else {})}
+                        for n, v in sorted(stubs.items())}
+        build_sets = {}
+        for c in plan.components:
+            if c.source == "git" and c.build_requires:
+                try:
+                    br = resolver.resolve(list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python)
+                except resolver.ResolutionFailed as exc:
+                    self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
+                    continue
+                bfiles = resolver.select_files({n: e["version"] for n, e in br.packages.items()},
+                                               indexes["pypi"], plan.python)
+                build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+        doc["build_requires"] = build_sets
+        doc["unverified"] = dict(sorted(unverified.items()))
+        for name, why in sorted(unverified.items()):
+            line = f"python {name}: {why}"
+            if line not in self.unverified:
+                self.unverified.append(line)
+        self.sets[key] = doc
+        return key
+
+
+def _plans(m, names) -> list[Plan]:
+    return [build_plan(m, manifest.resolve_profile(m, n)) for n in names]
+
+
+@contextlib.contextmanager
+def exclusive(manifests_root: Path):
+    """One `lock` run at a time per manifests directory: an exclusive flock on a file in
+    the cache (keyed by the manifests path, so nothing appears in the repository). A second
+    run says whom it waits for, then proceeds and sees the first run's lock.yaml."""
+    root = Path(manifests_root).resolve()
+    key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    d = sources.cache_root() / "locks"
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / f"lock-{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            print(f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)          # releases the flock
+
+
+def lock(m: manifest.Manifests, only: str | None = None, upgrade_target: str | None = None,
+         require_verified: bool = False) -> LockOutcome:
+    """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive()."""
+    names = [only] if only else m.names()
+    for n in names:
+        manifest.resolve_profile(m, n)          # unknown profile -> InputError before any network
+    moved = []
+    if upgrade_target:
+        moved = upgrade(m, names, upgrade_target)
+        if moved:
+            m = manifest.load(m.root)
+    t0 = time.monotonic()
+    plans = _plans(m, names)
+    path = lockfile.lock_path(m.root)
+    old = lockfile.read(path) if only else None
+    locker = Locker(m)
+
+    components: dict[str, dict] = dict((old or {}).get("components") or {})
+    packages: dict[str, dict] = dict((old or {}).get("packages") or {})
+    profiles: dict[str, dict] = dict((old or {}).get("profiles") or {})
+    sets: dict[str, dict] = dict((old or {}).get("python_sets") or {})
+    pins: dict[str, tuple[str, dict]] = {}
+    for plan in plans:
+        for c in plan.components:
+            pin = {**lockfile.component_pin(c), "patches": [lockfile.patch_pin(p) for p in c.patches]}
+            if c.name in pins and pins[c.name][1] != pin:
+                raise InputError(m.profiles[plan.profile].file, f"components.{c.name}",
+                                 f"profiles {pins[c.name][0]} and {plan.profile} pin {c.name} differently",
+                                 "one lock.yaml holds one pin per component: give the variant its own name")
+            pins[c.name] = (plan.profile, pin)
+    try:
+        done: set[str] = set()
+        for plan in plans:                      # every source first, so each profile sees all trees
+            for c in plan.components:
+                if c.name not in done:
+                    components[c.name] = locker.component_entry(plan, c)
+                    done.add(c.name)
+        for plan in plans:
+            for p in plan.packages:
+                packages[p.name] = lockfile.package_pin(p)
+            probes = probe_plan(plan, m.root, locker.ss)
+            results = rules.evaluate(plan, probes)
+            for r in rules.errors(results):
+                if r.rule.id in probes:
+                    locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
+            key = locker.python_set(plan)
+            profiles[plan.profile] = {
+                "components": sorted(c.name for c in plan.components),
+                "packages": sorted(p.name for p in plan.packages),
+                "python_set": key,
+                "probes": {rid: {"status": probes[rid].status, "detail": probes[rid].detail}
+                           for rid in PROBED_RULES if rid in probes},
+            }
+    except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
+        raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: {exc.one_line()}") from None
+    sets.update(locker.sets)
+    live = {p["python_set"] for p in profiles.values()}
+    used_components = {c for p in profiles.values() for c in p["components"]}
+    used_packages = {c for p in profiles.values() for c in p["packages"]}
+    base = lockfile.base_pin(plans[0])
+    base.update(verified=False, reason=BASE_UNVERIFIED)
+    doc = {
+        "schema": lockfile.LOCK_SCHEMA,
+        "target": {"python": plans[0].python, "platform": pydeps.PLATFORM,
+                   "implementation": pydeps.IMPLEMENTATION},
+        "base_image": base,
+        "components": {k: components[k] for k in sorted(components) if k in used_components},
+        "packages": {k: packages[k] for k in sorted(packages) if k in used_packages},
+        "profiles": {k: profiles[k] for k in sorted(profiles)},
+        "python_sets": {k: sets[k] for k in sorted(sets) if k in live},
+    }
+    locker.unverified.insert(0, f"base image {base['name']}:{base['tag']}: digest not checked ({BASE_UNVERIFIED.split(';')[0]})")
+    outcome = LockOutcome(written=False, moved=moved, profiles=len(plans), components=len(doc["components"]),
+                          unverified=locker.unverified, failures=locker.failures)
+    if require_verified and len(locker.unverified) > 0:
+        return outcome
+    tampered = lockfile.changed_files(lockfile.read(path), doc)
+    if tampered:
+        raise BuilderError("refusing a downloaded file whose sha256 differs from the lock, "
+                           f"lock.yaml left unchanged: {'; '.join(tampered)} (fix: clear the cache "
+                           "entry and lock again; if the index really changed the file, review it and "
+                           "remove its entry from lock.yaml)")
+    outcome.changed = lockfile.write(path, doc)
+    outcome.written = True
+    outcome.elapsed = time.monotonic() - t0
+    outcome.resolve_seconds = locker.resolve_seconds
+    outcome.packages = sum(len(s.get("packages") or {}) for k, s in doc["python_sets"].items()
+                           if k in locker.sets)
+    return outcome

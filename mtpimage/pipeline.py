@@ -1,0 +1,211 @@
+"""The main job (`python build.py --profile NAME`), as one sequence of steps:
+
+    frozen check -> render -> up to date? -> build (untagged) -> test -> tag -> push
+
+Each step is a function below and `run()` calls them in this order; nothing is tagged
+before the checks passed, and with a registry a failed step puts back every local tag the
+run set or moved (publish.py rolls back the registry). The command line is parsed in
+commands/ and handed over as a MainJob; progress goes to `say`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import engine, imagetest, lockfile, publish, sizes
+from .errors import EXIT_RULES, BuilderError, EnvironmentProblem
+from .manifest import Manifests
+from .plan import IMAGE_REPOSITORY, Plan
+from .registry import ImageRef, Registry
+from .render import Rendered, render
+from .versionvector import identity_labels
+
+Say = Callable[[str], None]
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+class TestsFailed(BuilderError):
+    exit_code = EXIT_RULES
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build: BuildKit secrets, builder, cache and output (none of it in the identity)."""
+    ca_bundle: Path | None = None
+    netrc: Path | None = None
+    builder: str | None = None
+    progress: str | None = None          # None: tty on a terminal, else plain
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MainJob:
+    manifests: Manifests
+    plan: Plan
+    frozen: bool | None = None           # None: frozen when lock.yaml exists
+    registry: Registry | None = None     # set: push after the tests pass
+    build: BuildOptions = field(default_factory=BuildOptions)
+    gpu: bool = False
+    summary_file: Path | None = None
+
+
+# ----------------------------------------------------------------------------- the steps
+def check_frozen(job: MainJob, warn: Say = _warn) -> None:
+    """Stop when manifests/ and lock.yaml disagree (unless --no-frozen)."""
+    if job.frozen is False:
+        return
+    if job.frozen is None and not lockfile.lock_path(job.manifests.root).is_file():
+        warn(f"warning: no {job.manifests.root.name}/lock.yaml: building unlocked pins "
+             "(run `python build.py lock`)")
+        return
+    lockfile.check_frozen(job.manifests, job.plan)
+
+
+def base_preflight(plan: Plan) -> None:
+    """The base must be present locally or its registry reachable; say which, clearly."""
+    from .registryapi import RegistryUnreachable, answers
+
+    base = plan.base_image
+    if publish.local_id(base) is not None:
+        return
+    host = ImageRef.parse(base, flag="base image").host
+    try:
+        answers(host)
+    except RegistryUnreachable as exc:
+        raise EnvironmentProblem(
+            f"base image {base} is not present locally and its registry {host} cannot be reached "
+            f"({exc.reason}) (fix: `docker pull` or `docker load` it on this machine, or "
+            "build where the registry is reachable; real profiles need their real CUDA base)") from None
+
+
+def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
+    """BuildKit build of the rendered context with its sources; returns the untagged image id.
+    A size budget the image exceeds fails here, before any tag."""
+    from .buildctx import build_context
+
+    base_preflight(plan)
+    t0 = time.monotonic()
+    context = build_context(rendered, progress=say)
+    kit = engine.detect()
+    say(f"build   {rendered.identity} with {kit.describe()}")
+    req = engine.BuildRequest(
+        context_tar=context, labels=identity_labels(rendered.identity),
+        ca_bundle=options.ca_bundle, netrc=options.netrc, builder=options.builder,
+        progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+        no_cache=options.no_cache, cache_from=options.cache_from, cache_to=options.cache_to)
+    image_id = engine.build(req)
+    say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
+    sizes.after_build(plan, image_id, say)
+    return image_id
+
+
+def run_tests(image: str, gpu: bool, say: Say = _say) -> imagetest.TestReport:
+    say(f"test    in-image checks on {image[:40]}")
+    report = imagetest.run_checks(image, gpu=gpu)
+    say(report.table())
+    return report
+
+
+def say_pulls(ref: ImageRef, say: Say = _say) -> None:
+    say(f"digest  {ref.digest}")
+    for key, text in ref.pull_strings().items():
+        say(f"{key:<9} {text}")
+
+
+# ----------------------------------------------------------------------------- the job
+def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> int:
+    """The main job; returns the exit status (errors are raised as BuilderError)."""
+    check_frozen(job, warn)
+    summary = {"profile": job.plan.profile, "image": None, "pushed": False, "references": [],
+               "digest": None, "up_to_date": False}
+    try:
+        return _build_test_publish(job, summary, say)
+    finally:
+        if job.summary_file:
+            # Written on failure too, so CI's job summary can say how far the run got.
+            job.summary_file.parent.mkdir(parents=True, exist_ok=True)
+            job.summary_file.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _build_test_publish(job: MainJob, summary: dict, say: Say) -> int:
+    plan, reg = job.plan, job.registry
+    rendered = render(plan, job.manifests.root)
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    client = None
+    if reg is not None:
+        from .registryapi import RegistryClient
+        client = RegistryClient(reg)
+    say(f"image   {local}")
+    summary["image"] = local
+    local_id = publish.local_id(local)
+    remote = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if client else None
+    if reg is None:
+        return _steps(job, rendered, client, local_id, remote, summary, say)
+    # With a registry, a failed push must leave no new tag anywhere: the local tags this run
+    # sets or moves are put back as they were (README, "Publish only after the tests pass").
+    before = {local: local_id, human_local: publish.local_id(human_local)}
+    try:
+        return _steps(job, rendered, client, local_id, remote, summary, say)
+    except BaseException:
+        notes = publish.restore_local_tags(before)
+        if notes:
+            say("rolled back " + "; ".join(notes))
+        raise
+
+
+def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> int:
+    plan, reg = job.plan, job.registry
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    if local_id is not None or remote is not None:
+        # up to date: the identity names plan + context, so an existing tag is this image
+        human_ok = reg is None or (remote is not None and
+                                   client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote)
+        if local_id is not None and publish.local_id(human_local) != local_id:
+            publish.tag(local_id, human_local)
+        if human_ok:
+            where = "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
+            say(f"up to date: {local} exists {where}; nothing to build")
+            summary["up_to_date"] = True
+            if reg is not None:
+                summary.update(digest=remote, references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                                                          reg.ref(IMAGE_REPOSITORY, plan.profile)])
+                say_pulls(reg.image(IMAGE_REPOSITORY, digest=remote), say)
+            return 0
+        if local_id is None:
+            raise EnvironmentProblem(f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
+                                     f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                                     f"(fix: docker pull it, then run again to move the tag)")
+        say(f"up to date: {local} exists locally; publishing it")
+    else:
+        image_id = build_image(plan, rendered, job.build, say)
+        report = run_tests(image_id, job.gpu, say)
+        if not report.ok:
+            raise TestsFailed(f"in-image checks failed; no tag was set or moved "
+                              f"(image {image_id[:19]} left untagged)")
+        publish.tag(image_id, local)
+        publish.tag(image_id, human_local)
+        say(f"tagged  {local} and {human_local}")
+    if reg is not None:
+        digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
+        say(f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
+            f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}")
+        summary.update(pushed=True, digest=digest,
+                       references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                                   reg.ref(IMAGE_REPOSITORY, plan.profile)])
+        say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)
+    return 0

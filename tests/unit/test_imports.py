@@ -1,0 +1,123 @@
+"""The module structure: no module imports a module that imports it back (lazy imports
+inside functions included: they close a cycle just the same when they run), command
+modules never import the CLI, and only sources.py runs git to fetch."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mtpimage"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the mtpimage modules it imports anywhere in its code (top level or lazily)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in mods.items():
+        package = name if is_package else name.rsplit(".", 1)[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in mods:        # `from . import sources`
+                        edges.add(f"{target}.{alias.name}")
+                    elif target in mods:                         # `from .plan import Plan`
+                        edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_lazy_imports():
+    graph = import_graph()
+    assert "mtpimage.pipeline" in graph["mtpimage.cli"]          # imported inside cmd_main
+    assert "mtpimage.registryapi" in graph["mtpimage.cluster"]   # imported inside a function
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_commands_do_not_import_the_cli():
+    graph = import_graph()
+    for name, edges in graph.items():
+        if name.startswith("mtpimage.commands"):
+            assert "mtpimage.cli" not in edges, name
+    # and no domain module imports a command module
+    for name, edges in graph.items():
+        if not name.startswith("mtpimage.commands") and name != "mtpimage.cli":
+            assert not {e for e in edges if e.startswith("mtpimage.commands")}, name
+
+
+def test_only_sources_runs_git_fetch_or_clone():
+    """One git fetcher: no other module spells a git fetch/clone/ls-remote command."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "sources.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.List, ast.Tuple)):
+                items, is_git = node.elts, False
+            elif isinstance(node, ast.Call):
+                func = node.func
+                items = node.args
+                is_git = (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")).endswith("git")
+            else:
+                continue
+            words = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), \
+                f"{path.name}:{node.lineno} runs git to fetch: use sources.fetch"
