@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from . import engine, imagetest, lockfile, publish, sizes
+from . import engine, fastpath, imagetest, lockfile, publish, sizes
 from .errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from .manifest import Manifests
 from .plan import IMAGE_REPOSITORY, Plan
@@ -181,6 +181,8 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             where = "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
             say(f"up to date: {local} exists {where}; nothing to build")
             summary["up_to_date"] = True
+            if reg is None:
+                fastpath.done(local)      # build.py may remember this run (its inputs -> this image)
             if reg is not None:
                 summary.update(digest=remote, references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
                                                           reg.ref(IMAGE_REPOSITORY, plan.profile)])
@@ -200,6 +202,8 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         publish.tag(image_id, local)
         publish.tag(image_id, human_local)
         say(f"tagged  {local} and {human_local}")
+        if reg is None:
+            fastpath.done(local)
     if reg is not None:
         digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
         say(f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "

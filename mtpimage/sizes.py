@@ -42,6 +42,9 @@ def _short(created_by: str, width: int = 64) -> str:
     names = re.findall(r"mtp_install\.py record --name (\S+)", text)
     if names:                                # one catalogue layer of the template
         return "RUN install " + ", ".join(names)
+    files = re.findall(r"-r /tmp/mtp-build/requirements/(\S+?)-\w+\.txt", text)
+    if files:                                # a locked layer's PyPI dependencies
+        return f"RUN install {files[0]} dependencies"
     for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
         if text.startswith(prefix):
             text = text[len(prefix):]
