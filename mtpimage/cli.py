@@ -11,13 +11,12 @@ from . import rules
 from .errors import EXIT_ENV, EXIT_INPUT, EXIT_RULES, BuilderError, InputError
 from .modelconfig import model_warnings
 from .plan import Plan, verl_facts
-from .planning import load_for
-from .planning import plan_for  # noqa: F401 - also imported from here by tests and bench
+from .planning import load_for, plan_for  # plan_for: tests and bench import it from here too
 from .report import print_check, print_plan
 
 
 def image_of(plan: Plan, root) -> str:
-    from .render import image_of as _image_of   # lazy: jinja2 only where an identity is printed
+    from .render import image_of as _image_of  # lazy: jinja2 only where an identity is printed
     return _image_of(plan, root)
 
 DEFAULT_PROFILE = "mtp-detach"
@@ -109,7 +108,10 @@ def cmd_check(args) -> int:
     names = [args.profile] if getattr(args, "profile", None) else m.names()
     reports = []
     unfetched: dict[str, str] = {}      # component -> why its source could not be fetched
-    fetch = _remembering_fetch() if args.probe_sources else None
+    fetch = None
+    if args.probe_sources:
+        from .sources import remembering_fetch
+        fetch = remembering_fetch()
     for name in names:
         plan = plan_for(m, name, getattr(args, "sets", None))
         probes = None
@@ -141,24 +143,6 @@ def cmd_check(args) -> int:
     if failed:
         return EXIT_RULES
     return EXIT_ENV if unfetched else 0
-
-
-def _remembering_fetch():
-    """sources.fetch that fails at once for a (repo, commit) that already failed this run,
-    instead of retrying it for every profile that pins it."""
-    from . import sources
-
-    failures: dict[tuple[str, str], Exception] = {}
-
-    def fetch(repo: str, commit: str):
-        if (repo, commit) in failures:
-            raise failures[(repo, commit)]
-        try:
-            return sources.fetch(repo, commit)
-        except sources.GitError as exc:
-            failures[(repo, commit)] = exc
-            raise
-    return fetch
 
 
 def cmd_explain(args) -> int:

@@ -134,7 +134,7 @@ class Locker:
         patches = []
         where = self.patch_where(plan, c.name)
         src_root = _source_root(tree, c) if tree is not None else None
-        for i, p in enumerate(c.patches):
+        for p in c.patches:
             pe = lockfile.patch_pin(p)
             if p.repo:
                 pe["made_with"] = sources.diff_command(p.base, p.head, p.paths)

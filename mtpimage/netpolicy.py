@@ -13,7 +13,7 @@ What is transient is the caller's to say (a refused push is not, a cut connectio
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_MAX = 8.0

@@ -13,7 +13,7 @@ there are skipped) on anything but a refusal that cannot pass.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import engine, netpolicy
 from .errors import EnvironmentProblem

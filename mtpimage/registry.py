@@ -60,7 +60,7 @@ class Registry:
     namespace: str     # may be empty
 
     @classmethod
-    def parse(cls, text: str, *, owner_placeholder: bool = False, flag: str = "--registry") -> "Registry":
+    def parse(cls, text: str, *, owner_placeholder: bool = False, flag: str = "--registry") -> Registry:
         """HOST[:PORT][/NAMESPACE] (a trailing / is tolerated). With owner_placeholder, a
         namespace part may be `{owner}` (generated workflows fill it in at run time)."""
         pattern = _REGISTRY_OWNER_RE if owner_placeholder else _REGISTRY_RE
@@ -84,7 +84,7 @@ class Registry:
     def repo_path(self, repository: str) -> str:
         return f"{self.namespace}/{repository}" if self.namespace else repository
 
-    def image(self, repository: str, tag: str | None = None, digest: str | None = None) -> "ImageRef":
+    def image(self, repository: str, tag: str | None = None, digest: str | None = None) -> ImageRef:
         return ImageRef(self.host, self.repo_path(repository), tag, digest)
 
     def ref(self, repository: str, tag: str | None = None) -> str:
@@ -100,7 +100,7 @@ class ImageRef:
     explicit_host: bool = True   # False when docker.io was implied
 
     @classmethod
-    def parse(cls, text: str, *, flag: str = "image") -> "ImageRef":
+    def parse(cls, text: str, *, flag: str = "image") -> ImageRef:
         first, sep, _ = (text or "").partition("/")
         explicit = bool(sep) and names_a_host(first)
         m = _IMAGE_RE.fullmatch(text or "" if explicit else f"{DOCKER_HUB}/{text or ''}")
@@ -125,7 +125,7 @@ class ImageRef:
         return (self.repository + (f":{self.tag}" if self.tag else "")
                 + (f"@{self.digest}" if self.digest else ""))
 
-    def pinned(self, digest: str) -> "ImageRef":
+    def pinned(self, digest: str) -> ImageRef:
         """This repository at `digest` (the tag dropped: a digest names the image alone)."""
         return replace(self, tag=None, digest=digest)
 

@@ -242,6 +242,22 @@ def fetch(repo: str, commit: str) -> Tree:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def remembering_fetch():
+    """fetch() that fails at once for a (repo, commit) that already failed in this run, instead
+    of retrying it for every profile that pins it (`check --probe-sources` over all profiles)."""
+    failures: dict[tuple[str, str], GitError] = {}
+
+    def fetch_once(repo: str, commit: str) -> Tree:
+        if (repo, commit) in failures:
+            raise failures[(repo, commit)]
+        try:
+            return fetch(repo, commit)
+        except GitError as exc:
+            failures[(repo, commit)] = exc
+            raise
+    return fetch_once
+
+
 def apply_check(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
     """`git apply --check -p<strip>` of a patch against a fetched tree."""
     proc = git("apply", "--check", f"-p{strip}", str(patch.resolve()), cwd=tree, timeout=120)
