@@ -268,9 +268,22 @@ def chart(r: dict, path: Path) -> None:
 
 
 def write_all(r: dict, bench: Path = BENCH) -> None:
-    (bench / "RESULTS.md").write_text(markdown(r))
+    """RESULTS.md: the real-stack section (bench/real_results.json, when there) first, then the
+    test-image section of bench/run.py; one chart for each."""
+    text = markdown(r)
+    real = bench / "real_results.json"
+    rr = json.loads(real.read_text()) if real.exists() else None
+    if rr:
+        sys.path.insert(0, str(bench))
+        import report_real
+        head, rest = text.split("\n", 1)
+        text = (head + "\n\n" + "\n".join(report_real.markdown(rr))
+                + "\n## Test images (bench/run.py, loopback stand-ins)\n" + rest)
+    (bench / "RESULTS.md").write_text(text)
     try:
         chart(r, bench / "results.png")
+        if rr:
+            report_real.chart(rr, bench / "results-real.png")
     except ImportError:
         print("bench: matplotlib missing, no chart (pip install -r bench/requirements.txt)", file=sys.stderr)
 
