@@ -8,23 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from .manifest import Manifests, ResolvedProfile
+from .modes import mode_overrides, verl_facts
 
 PLAN_SCHEMA = "mtp-image-builder/plan/v1"
 IMAGE_REPOSITORY = "mtp-verl"
 MODE_LAYER = "mode"
 OS_LAYER = "os"
-
-
-@lru_cache(maxsize=None)
-def verl_facts() -> dict:
-    return yaml.safe_load(resources.files("mtpimage.data").joinpath("verl.yaml").read_text())
 
 
 @dataclass(frozen=True)
@@ -199,14 +191,6 @@ def _thaw(value: Any) -> Any:
                                                   and isinstance(i[0], str) for i in value):
         return {k: _thaw(v) for k, v in value}
     return value
-
-
-def mode_overrides(mode: str) -> list[tuple[str, str]]:
-    """MtpConfig (field, value) pairs for a mode, following `extends`."""
-    modes = verl_facts()["modes"]
-    spec = modes[mode]
-    base = mode_overrides(spec["extends"]) if "extends" in spec else []
-    return base + [tuple(pair) for pair in spec["overrides"]]
 
 
 def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: str) -> list[str]:

@@ -4,20 +4,11 @@
 {rule_id: Verdict}; rules.evaluate() lets these verdicts override the known-commit lists.
 A rule that does not apply to the plan (its predicate says n/a) is not probed.
 
-Probes, each on the fetched tree of the pinned commit:
-  recompute-padding-mask   megatron/core/transformer/multi_token_prediction.py:
-                           MultiTokenPredictionLayer.forward takes padding_mask while
-                           _checkpointed_forward declares explicit parameters without it and
-                           without **kwargs -> fail
-  mbridge-mcore-017        mbridge's package code (mbridge/, not example/ or scripts) uses
-                           ModelType.encoder_and_decoder while the pinned Megatron's
-                           megatron/core/enums.py ModelType has no such member -> fail
-  sglang-rollout-fix       model_runner.py defines unwrap_ipc_tensors and
-                           speculative/eagle_worker.py uses it; with patches (by reference: the
-                           diff of their commits, see patches.py), the source (a wheel or the
-                           repository root) is copied and the patches applied to the copy first
-  mimo-needs-bridge-2387   megatron/bridge/models/mimo/mimo_bridge.py (under src/ upstream)
-                           defines class MimoBridge with MTP mappings (what PR #2387 added)
+What each probe reads (file, symbol) and expects is described once, in
+mtpimage/data/probes.yaml (mtpimage/probespecs.py); the functions below are how it is read
+with `ast` on a source tree. With patches (by reference: the diff of their commits, see
+patches.py), the sglang source (a wheel or the repository root) is copied and the patches
+applied to the copy first.
 """
 from __future__ import annotations
 
@@ -33,16 +24,21 @@ from . import rules as rules_mod
 from . import sources
 from .errors import BuilderError
 from .plan import Component, Plan
+from .probespecs import probe_specs
 from .rules import FAIL, NA, PASS, UNKNOWN, Verdict
 
-MTP_FILE = "megatron/core/transformer/multi_token_prediction.py"
-ENUMS_FILE = "megatron/core/enums.py"
-SGLANG_RUNNER = "sglang/srt/model_executor/model_runner.py"
-SGLANG_EAGLE = "sglang/srt/speculative/eagle_worker.py"
-MIMO_BRIDGE = "megatron/bridge/models/mimo/mimo_bridge.py"
+_SPECS = probe_specs()
+_RECOMPUTE = _SPECS["recompute-padding-mask"]
+_MBRIDGE = _SPECS["mbridge-mcore-017"]
+_SGLANG = _SPECS["sglang-ipc-unwrap"]
+_MIMO = _SPECS["mimo-needs-bridge-2387"]
+MTP_FILE = _RECOMPUTE["file"]
+ENUMS_FILE = _MBRIDGE["file"]
+SGLANG_RUNNER = _SGLANG["file"]
+SGLANG_EAGLE = _SGLANG["caller_file"]
+MIMO_BRIDGE = _MIMO["file"]
 
-PROBED_RULES = ("recompute-padding-mask", "mbridge-mcore-017", "sglang-rollout-fix",
-                "mimo-needs-bridge-2387")
+PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values())
 
 
 # ----------------------------------------------------------------------------- pure probes
@@ -79,30 +75,32 @@ def _params(fn) -> tuple[set[str], bool]:
 
 
 def recompute_signature(tree: Path) -> Verdict:
+    r = _RECOMPUTE
+    cls_name, caller, callee, kw = r["class"], r["caller"], r["callee"], r["keyword"]
     path = _find(tree, MTP_FILE, ("",))
     if path is None:
         return Verdict(PASS, f"{MTP_FILE} not found: this Megatron has no MTP recompute path")
     mod = _parse(path)
     if mod is None:
         return Verdict(UNKNOWN, f"{MTP_FILE} does not parse")
-    cls = _class(mod, "MultiTokenPredictionLayer")
+    cls = _class(mod, cls_name)
     if cls is None:
-        return Verdict(UNKNOWN, f"{MTP_FILE} has no class MultiTokenPredictionLayer")
-    fwd, ckpt = _method(cls, "forward"), _method(cls, "_checkpointed_forward")
+        return Verdict(UNKNOWN, f"{MTP_FILE} has no class {cls_name}")
+    fwd, ckpt = _method(cls, caller), _method(cls, callee)
     if fwd is None:
-        return Verdict(UNKNOWN, "MultiTokenPredictionLayer has no forward()")
+        return Verdict(UNKNOWN, f"{cls_name} has no {caller}()")
     fwd_names, _ = _params(fwd)
-    if "padding_mask" not in fwd_names:
-        return Verdict(PASS, "forward() takes no padding_mask (source probe)")
+    if kw not in fwd_names:
+        return Verdict(PASS, f"{caller}() takes no {kw} (source probe)")
     if ckpt is None:
-        return Verdict(PASS, "no _checkpointed_forward() (source probe)")
+        return Verdict(PASS, f"no {callee}() (source probe)")
     names, has_kwargs = _params(ckpt)
-    if "padding_mask" in names:
-        return Verdict(PASS, "_checkpointed_forward() accepts padding_mask (source probe)")
+    if kw in names:
+        return Verdict(PASS, f"{callee}() accepts {kw} (source probe)")
     if has_kwargs:
-        return Verdict(PASS, "_checkpointed_forward() takes **kwargs (source probe)")
-    return Verdict(FAIL, f"{MTP_FILE}:{ckpt.lineno}: _checkpointed_forward() declares explicit "
-                   "parameters without padding_mask while forward() passes it (source probe)")
+        return Verdict(PASS, f"{callee}() takes **kwargs (source probe)")
+    return Verdict(FAIL, f"{MTP_FILE}:{ckpt.lineno}: {callee}() declares explicit "
+                   f"parameters without {kw} while {caller}() passes it (source probe)")
 
 
 def _uses_attr(mod: ast.Module, owner: str, attr: str) -> int | None:
@@ -116,13 +114,13 @@ def _uses_attr(mod: ast.Module, owner: str, attr: str) -> int | None:
 
 
 def package_uses_encoder_and_decoder(tree: Path, package: str) -> str | None:
-    """'file:line' of the first ModelType.encoder_and_decoder in the package's own code."""
+    """'file:line' of the first use of the probed ModelType member in the package's own code."""
     pkg = package.replace("-", "_")
     roots = [r for r in (tree / pkg, tree / "src" / pkg) if r.is_dir()]
     for root in roots:
         for path in sorted(root.rglob("*.py")):
             mod = _parse(path)
-            line = _uses_attr(mod, "ModelType", "encoder_and_decoder") if mod else None
+            line = _uses_attr(mod, _MBRIDGE["class"], _MBRIDGE["member"]) if mod else None
             if line:
                 return f"{path.relative_to(tree)}:{line}"
     return None
@@ -131,7 +129,7 @@ def package_uses_encoder_and_decoder(tree: Path, package: str) -> str | None:
 def modeltype_members(tree: Path) -> set[str] | None:
     path = _find(tree, ENUMS_FILE, ("",))
     mod = _parse(path) if path else None
-    cls = _class(mod, "ModelType") if mod else None
+    cls = _class(mod, _MBRIDGE["class"]) if mod else None
     if cls is None:
         return None
     out = set()
@@ -145,27 +143,24 @@ def modeltype_members(tree: Path) -> set[str] | None:
 
 def mbridge_modeltype(mbridge_tree: Path, package: str, megatron_tree: Path | None,
                       megatron_version=None) -> Verdict:
+    cls, member = _MBRIDGE["class"], _MBRIDGE["member"]
+    what = f"{cls}.{member}"
     use = package_uses_encoder_and_decoder(mbridge_tree, package)
     if use is None:
-        return Verdict(PASS, f"{package}'s package code does not use ModelType.encoder_and_decoder "
-                       "(source probe)")
+        return Verdict(PASS, f"{package}'s package code does not use {what} (source probe)")
     if megatron_tree is not None:
         members = modeltype_members(megatron_tree)
         if members is None:
-            return Verdict(UNKNOWN, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron "
-                           f"has no ModelType in {ENUMS_FILE}")
-        if "encoder_and_decoder" in members:
-            return Verdict(PASS, f"{use} uses ModelType.encoder_and_decoder, which the pinned "
-                           "Megatron still has (source probe)")
-        return Verdict(FAIL, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron's "
-                       f"ModelType has only {', '.join(sorted(members))} (source probe)")
+            return Verdict(UNKNOWN, f"{use} uses {what}; the pinned Megatron has no {cls} in {ENUMS_FILE}")
+        if member in members:
+            return Verdict(PASS, f"{use} uses {what}, which the pinned Megatron still has (source probe)")
+        return Verdict(FAIL, f"{use} uses {what}; the pinned Megatron's "
+                       f"{cls} has only {', '.join(sorted(members))} (source probe)")
     if megatron_version is not None:
         if megatron_version.release >= (0, 17):
-            return Verdict(FAIL, f"{use} uses ModelType.encoder_and_decoder; megatron-core "
-                           f"{megatron_version} removed it")
-        return Verdict(PASS, f"{use} uses ModelType.encoder_and_decoder; megatron-core "
-                       f"{megatron_version} < 0.17 has it")
-    return Verdict(UNKNOWN, f"{use} uses ModelType.encoder_and_decoder; the pinned Megatron is unknown")
+            return Verdict(FAIL, f"{use} uses {what}; megatron-core {megatron_version} removed it")
+        return Verdict(PASS, f"{use} uses {what}; megatron-core {megatron_version} < 0.17 has it")
+    return Verdict(UNKNOWN, f"{use} uses {what}; the pinned Megatron is unknown")
 
 
 def _defines_function(mod: ast.Module, name: str) -> bool:
@@ -189,12 +184,13 @@ def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
     rmod, emod = _parse(runner), _parse(eagle)
     if rmod is None or emod is None:
         return Verdict(UNKNOWN, "sglang sources do not parse")
-    if not _defines_function(rmod, "unwrap_ipc_tensors"):
-        return Verdict(FAIL, f"{SGLANG_RUNNER} has no unwrap_ipc_tensors: the IPC handle is opened "
+    fn = _SGLANG["function"]
+    if not _defines_function(rmod, fn):
+        return Verdict(FAIL, f"{SGLANG_RUNNER} has no {fn}: the IPC handle is opened "
                        f"twice on MTP weight sync ({how})")
-    if not _calls(emod, "unwrap_ipc_tensors"):
-        return Verdict(FAIL, f"{SGLANG_EAGLE} does not call unwrap_ipc_tensors ({how})")
-    return Verdict(PASS, f"unwrap_ipc_tensors defined and used by the EAGLE worker ({how})")
+    if not _calls(emod, fn):
+        return Verdict(FAIL, f"{SGLANG_EAGLE} does not call {fn} ({how})")
+    return Verdict(PASS, f"{fn} defined and used by the EAGLE worker ({how})")
 
 
 def bridge_mimo(tree: Path) -> Verdict:
@@ -202,14 +198,15 @@ def bridge_mimo(tree: Path) -> Verdict:
     if path is None:
         return Verdict(FAIL, f"no {MIMO_BRIDGE}: the MiMo MTP bridge of PR #2387 is missing (source probe)")
     mod = _parse(path)
-    cls = _class(mod, "MimoBridge") if mod else None
+    name = _MIMO["class"]
+    cls = _class(mod, name) if mod else None
     if cls is None:
-        return Verdict(FAIL, f"{path.relative_to(tree)} has no class MimoBridge (source probe)")
+        return Verdict(FAIL, f"{path.relative_to(tree)} has no class {name} (source probe)")
     mtp = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "mtp" in n.value
               for n in ast.walk(cls))
     if not mtp:
-        return Verdict(FAIL, "MimoBridge maps no MTP parameters (source probe)")
-    return Verdict(PASS, f"{path.relative_to(tree)}: MimoBridge with MTP mappings (source probe)")
+        return Verdict(FAIL, f"{name} maps no MTP parameters (source probe)")
+    return Verdict(PASS, f"{path.relative_to(tree)}: {name} with MTP mappings (source probe)")
 
 
 # ----------------------------------------------------------------------------- patched PyPI trees

@@ -19,6 +19,7 @@ from typing import Callable
 import yaml
 from packaging.version import InvalidVersion, Version
 
+from . import modes
 from .plan import Plan
 
 PASS, FAIL, NA, UNKNOWN = "pass", "fail", "n/a", "unknown"
@@ -104,7 +105,7 @@ def megatron_version(plan: Plan, f: dict) -> Version | None:
 
 
 def _trains_mtp(plan: Plan, f: dict) -> bool:
-    return plan.mode in f["training_modes"]
+    return modes.get(plan.mode).trains_mtp
 
 
 @predicate
@@ -148,7 +149,7 @@ def mtp_needs_megatron_engine(plan: Plan, f: dict) -> Verdict:
 
 @predicate
 def sglang_rollout_fix(plan: Plan, f: dict) -> Verdict:
-    if plan.mode != "rollout":
+    if not modes.get(plan.mode).rollout:
         return Verdict(NA, "MTP rollout not enabled")
     if plan.rollout_engine != "sglang":
         return Verdict(NA, f"rollout engine is {plan.rollout_engine}")
@@ -277,15 +278,15 @@ def decided_in_image(plan: Plan, f: dict) -> Verdict:
 
 @predicate
 def rollout_throughput(plan: Plan, f: dict) -> Verdict:
-    if plan.mode == "rollout" and plan.rollout_engine == "sglang":
+    if modes.get(plan.mode).rollout and plan.rollout_engine == "sglang":
         return Verdict(FAIL, "MTP speculative rollout on SGLang")
     return Verdict(NA, "no MTP rollout")
 
 
 @predicate
 def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
-    if plan.mode == "full":
-        return Verdict(FAIL, "mode full: the MTP loss reaches trunk parameters")
+    if modes.get(plan.mode).loss_reaches_trunk:
+        return Verdict(FAIL, f"mode {plan.mode}: the MTP loss reaches trunk parameters")
     return Verdict(NA, f"mode {plan.mode}")
 
 

@@ -16,6 +16,7 @@ import jsonschema
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
+from . import modes
 from .errors import InputError
 from .yamlsource import SourceDoc
 
@@ -28,7 +29,11 @@ _TYPE_WORDS = {"string": "a string", "integer": "an integer", "number": "a numbe
 @lru_cache(maxsize=None)
 def load_schema(kind: str) -> dict:
     text = resources.files("mtpimage.schemas").joinpath(f"{kind}.v{SCHEMA_VERSION}.json").read_text()
-    return json.loads(text)
+    schema = json.loads(text)
+    if kind == "profile":
+        # the valid modes are the ones verl.yaml declares (mtpimage/modes.py), not a second list
+        schema["properties"]["mode"]["enum"] = modes.names()
+    return schema
 
 
 def _drop_required(node: Any) -> Any:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 
-from . import __version__
-from .plan import Plan, mode_overrides, verl_facts
+from . import __version__, modes
+from .modes import verl_facts
+from .plan import Plan
+from .probespecs import probe_specs
 
 VECTOR_SCHEMA = "mtp-image-builder/version-vector/v1"
 VECTOR_PATH = "/opt/mtp/version.json"
@@ -17,13 +19,14 @@ LABEL_NS = "io.mtp-image-builder"
 
 
 def probes_for(plan: Plan) -> list[str]:
-    """Source probes to repeat on the installed stack (ids understood by images/checks)."""
+    """Source probes to repeat on the installed stack: ids of mtpimage/data/probes.yaml, whose
+    entries the version vector carries to images/checks/run_checks.py."""
     from . import rules
 
     f = rules.facts()
     out = []
     rc = plan.recompute or {}
-    if rc.get("granularity") == "full" and plan.mode in f["training_modes"] \
+    if rc.get("granularity") == "full" and modes.get(plan.mode).trains_mtp \
             and plan.component("megatron-lm") is not None:
         out.append("recompute-padding-mask")
     sg = plan.component("sglang")
@@ -50,6 +53,7 @@ def _patch(p) -> dict:
 
 def version_vector(plan: Plan) -> dict:
     facts = verl_facts()
+    mode = modes.get(plan.mode)
     components = []
     for c in plan.components:
         components.append({
@@ -66,8 +70,9 @@ def version_vector(plan: Plan) -> dict:
         "summary": plan.summary,
         "experimental": plan.experimental,
         "mode": plan.mode,
-        "trains_mtp": bool(facts["modes"][plan.mode].get("trains_mtp", False)),
-        "mtp_config": dict(mode_overrides(plan.mode)),
+        "trains_mtp": mode.trains_mtp,
+        "mtp_contract": mode.contract,
+        "mtp_config": dict(mode.mtp_config),
         "targets": list(plan.targets),
         "models": list(plan.models),
         "engine": plan.engine_dict(),
@@ -82,7 +87,7 @@ def version_vector(plan: Plan) -> dict:
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
         "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
-        "probes": probes_for(plan),
+        "probes": {pid: probe_specs()[pid] for pid in probes_for(plan)},
         "resolution": {"overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
                        "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
                        "sdists": [{"package": n, "why": w} for n, w in plan.sdists]},

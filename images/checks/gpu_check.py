@@ -65,19 +65,23 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
 DEFAULT_VERSION_VECTOR = "/opt/mtp/version.json"
 
-CLI_MODES = ("load-only", "full", "mtp-only", "cp-recompute", "all")
-VECTOR_MODES = ("load-only", "full", "mtp-only", "rollout")
-# How a version-vector mode is checked. rollout (enable_rollout: MTP drafts tokens
-# for SGLang/vLLM speculative decoding) is checked like mtp-only: upstream pairs MTP
-# rollout with detach_encoder training (its recommended setting) and the draft layers
-# must keep learning, so the strictest training contract applies. The speculative
+# The training contracts this script checks: load-only (MTP weights kept, not trained), full
+# (the MTP loss reaches the trunk), mtp-only (it does not; verl detach_encoder).
+CONTRACTS = ("load-only", "full", "mtp-only")
+CLI_MODES = CONTRACTS + ("cp-recompute", "all")
+# A profile's mode names its contract in the version vector (`mtp_contract`), derived by the
+# builder from the mode's verl MtpConfig fields (mtpimage/modes.py), so a new mode needs no
+# change here. Version vectors written before that field carry only `mode`, one of these;
+# rollout (enable_rollout: MTP drafts tokens for SGLang/vLLM speculative decoding) extends
+# mtp-only and is checked as such: the draft layers must keep learning. The speculative
 # decoding itself is not exercised by this script.
-SEMANTICS_OF_MODE = {
+CONTRACT_OF_OLD_VECTOR_MODE = {
     "load-only": "load-only",
     "full": "full",
     "mtp-only": "mtp-only",
     "rollout": "mtp-only",
 }
+
 
 RULE_RECOMPUTE_PADDING_MASK = "recompute-padding-mask"
 RULE_MTP_NO_GRADIENT = "mtp-no-gradient"
@@ -161,6 +165,7 @@ def _recompute_checks(semantics: str, world_size: int, cp_requested: int) -> lis
 def checks_for_mode(
     mode: str,
     *,
+    contract: str | None = None,
     recompute: bool = False,
     world_size: int = 1,
     cp_requested: int | None = None,
@@ -168,12 +173,15 @@ def checks_for_mode(
     """The mode table: which checks a mode runs, in order.
 
     mode is a CLI mode (load-only, full, mtp-only, cp-recompute, all) or a version-vector
-    mode (adds rollout). recompute=True (full recompute in the version vector) adds the
+    mode with its contract (the vector's `mtp_contract`; older vectors: one of
+    CONTRACT_OF_OLD_VECTOR_MODE). recompute=True (full recompute in the version vector) adds the
     cp-recompute check in the mode's semantics. cp_requested defaults to 2 for the
     cp-recompute/all modes (used only when world_size allows it).
     """
-    if mode not in CLI_MODES and mode not in VECTOR_MODES:
-        raise UsageError(f"unknown mode {mode!r}; expected one of {sorted(set(CLI_MODES) | set(VECTOR_MODES))}")
+    contract = contract or CONTRACT_OF_OLD_VECTOR_MODE.get(mode)
+    if mode not in CLI_MODES and contract not in CONTRACTS:
+        known = sorted(set(CLI_MODES) | set(CONTRACT_OF_OLD_VECTOR_MODE))
+        raise UsageError(f"unknown mode {mode!r}; expected one of {known}")
     checks = list(ENV_CHECKS)
     if mode == "all":
         cp = 2 if cp_requested is None else cp_requested
@@ -186,7 +194,7 @@ def checks_for_mode(
         for s in ("full", "mtp-only"):
             checks += _recompute_checks(s, world_size, cp)
         return checks
-    semantics = SEMANTICS_OF_MODE[mode]
+    semantics = contract
     checks.append(_training(semantics))
     if recompute:
         checks += _recompute_checks(semantics, world_size, cp_requested or 1)
@@ -202,8 +210,9 @@ def parse_version_vector(data: Any, origin: str = "version vector") -> tuple[str
     if not isinstance(data, dict):
         raise UsageError(f"{origin}: expected a JSON object, got {type(data).__name__}")
     mode = data.get("mode")
-    if mode not in VECTOR_MODES:
-        raise UsageError(f"{origin}: 'mode' must be one of {list(VECTOR_MODES)}, got {mode!r}")
+    if not isinstance(mode, str) or contract_of(data) not in CONTRACTS:
+        raise UsageError(f"{origin}: 'mode' must be one of {list(CONTRACT_OF_OLD_VECTOR_MODE)} or come "
+                         f"with 'mtp_contract' (one of {list(CONTRACTS)}), got {mode!r}")
     engine = data.get("engine") or {}
     if not isinstance(engine, dict):
         raise UsageError(f"{origin}: 'engine' must be an object")
@@ -225,7 +234,12 @@ def parse_version_vector(data: Any, origin: str = "version vector") -> tuple[str
     return mode, norm
 
 
-def load_version_vector(path: str) -> tuple[str, dict]:
+def contract_of(data: dict) -> str | None:
+    """The training contract a version vector's mode promises (see CONTRACTS)."""
+    return data.get("mtp_contract") or CONTRACT_OF_OLD_VECTOR_MODE.get(data.get("mode"))
+
+
+def load_version_vector(path: str) -> dict:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -234,7 +248,7 @@ def load_version_vector(path: str) -> tuple[str, dict]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"version vector {path} is not valid JSON: {exc}") from exc
-    return parse_version_vector(data, origin=path)
+    return data
 
 
 def resolve_plan(
@@ -245,10 +259,12 @@ def resolve_plan(
         engine = {"context_parallel_size": 2 if mode in ("cp-recompute", "all") else 1, "recompute": {}}
         return Plan(mode, "--mode", tuple(checks_for_mode(mode, world_size=world_size)), engine)
     path = version_vector or DEFAULT_VERSION_VECTOR
-    vmode, engine = load_version_vector(path)
+    data = load_version_vector(path)
+    vmode, engine = parse_version_vector(data, origin=path)
     recompute = engine["recompute"]["granularity"] == "full"
     checks = checks_for_mode(
-        vmode, recompute=recompute, world_size=world_size, cp_requested=engine["context_parallel_size"]
+        vmode, contract=contract_of(data), recompute=recompute, world_size=world_size,
+        cp_requested=engine["context_parallel_size"],
     )
     return Plan(vmode, path, tuple(checks), engine)
 

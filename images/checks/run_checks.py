@@ -9,8 +9,9 @@ Checks (each reports pass, fail or skip, with a detail):
   pip-check      `pip check`: no broken or conflicting requirements
   versions       every installed component and package matches /opt/mtp/version.json:
                  commits of git sources, versions, sha256 of applied patches
-  probe:<id>     the lock's source probes repeated on what is installed
-                 (recompute-padding-mask: inspect.signature of Megatron's MTP layer)
+  probe:<id>     the lock's source probes repeated on what is installed, as the version
+                 vector describes them (recompute-padding-mask: inspect.signature of
+                 Megatron's MTP layer)
   cuda-runtime   CUDA runtime libraries present (skipped on bases without CUDA)
   gpu            images/checks/gpu_check.py, only with --gpu
 
@@ -249,54 +250,63 @@ def _source_of(module: str) -> str | None:
     return path.read_text(errors="replace") if path else None
 
 
-def probe_recompute() -> tuple[str, str]:
+# What each probe reads and expects is not written here: the version vector carries each
+# probe's entry of mtpimage/data/probes.yaml (file, class, symbol, expectation, fix), the one
+# description the builder's source probes use too.
+def _module_of(path: str) -> str:
+    return path[:-len(".py")].replace("/", ".")
+
+
+def probe_recompute(spec: dict) -> tuple[str, str]:
+    import importlib
     import inspect
 
+    cls_name, caller, callee, kw = spec["class"], spec["caller"], spec["callee"], spec["keyword"]
     try:
-        from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
+        cls = getattr(importlib.import_module(_module_of(spec["file"])), cls_name)
     except Exception as exc:  # noqa: BLE001 - report any import problem
-        return FAIL, f"cannot import MultiTokenPredictionLayer: {type(exc).__name__}: {exc}"
-    fwd = inspect.signature(MultiTokenPredictionLayer.forward).parameters
-    ckpt = inspect.signature(MultiTokenPredictionLayer._checkpointed_forward).parameters
+        return FAIL, f"cannot import {cls_name}: {type(exc).__name__}: {exc}"
+    fwd = inspect.signature(getattr(cls, caller)).parameters
+    ckpt = inspect.signature(getattr(cls, callee)).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ckpt.values())
-    if "padding_mask" in fwd and "padding_mask" not in ckpt and not var_kw:
-        return FAIL, ("MultiTokenPredictionLayer.forward passes padding_mask but _checkpointed_forward"
-                      f"{inspect.signature(MultiTokenPredictionLayer._checkpointed_forward)} does not accept it: "
-                      "full recompute dies with TypeError: _checkpointed_forward() got an unexpected "
-                      "keyword argument 'padding_mask' (pin megatron-lm core_v0.19.0 or later)")
-    how = "accepts padding_mask" if "padding_mask" in ckpt else ("takes **kwargs" if var_kw else
-                                                                 "forward has no padding_mask")
-    return PASS, f"_checkpointed_forward {how}"
+    if kw in fwd and kw not in ckpt and not var_kw:
+        return FAIL, (f"{cls_name}.{caller} passes {kw} but {callee}"
+                      f"{inspect.signature(getattr(cls, callee))} does not accept it: {spec['expect']} "
+                      f"({spec['fix']})")
+    how = f"accepts {kw}" if kw in ckpt else ("takes **kwargs" if var_kw else f"{caller} has no {kw}")
+    return PASS, f"{callee} {how}"
 
 
-def probe_sglang() -> tuple[str, str]:
-    src = _source_of("sglang.srt.model_executor.model_runner")
+def probe_sglang(spec: dict) -> tuple[str, str]:
+    module, fn = _module_of(spec["file"]), spec["function"]
+    src = _source_of(module)
     if src is None:
-        return FAIL, "sglang.srt.model_executor.model_runner not found"
-    if re.search(r"^def unwrap_ipc_tensors\(", src, re.M):
-        return PASS, "unwrap_ipc_tensors present (update_weights_from_tensor IPC fix applied)"
-    return FAIL, "unwrap_ipc_tensors missing: the sglang IPC-unwrap patch is not applied"
+        return FAIL, f"{module} not found"
+    if re.search(rf"^def {re.escape(fn)}\(", src, re.M):
+        return PASS, f"{fn} present (update_weights_from_tensor IPC fix applied)"
+    return FAIL, f"{fn} missing: the sglang IPC-unwrap patch is not applied ({spec['fix']})"
 
 
-def probe_mbridge() -> tuple[str, str]:
-    spec = importlib.util.find_spec("mbridge")
-    if spec is None or not spec.submodule_search_locations:
-        return FAIL, "mbridge not installed"
-    enums = _source_of("megatron.core.enums") or ""
-    if "encoder_and_decoder" in enums:
-        return PASS, "megatron-core still has ModelType.encoder_and_decoder"
-    users = [str(p) for loc in spec.submodule_search_locations for p in Path(loc).rglob("*.py")
-             if "ModelType.encoder_and_decoder" in p.read_text(errors="replace")]
+def probe_mbridge(spec: dict, package: str) -> tuple[str, str]:
+    what = f"{spec['class']}.{spec['member']}"
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        return FAIL, f"{package} not installed"
+    enums = _source_of(_module_of(spec["file"])) or ""
+    if spec["member"] in enums:
+        return PASS, f"megatron-core still has {what}"
+    users = [str(p) for loc in found.submodule_search_locations for p in Path(loc).rglob("*.py")
+             if what in p.read_text(errors="replace")]
     if users:
-        return FAIL, "mbridge uses ModelType.encoder_and_decoder, removed from megatron-core: " + ", ".join(users)
-    return PASS, "mbridge does not use ModelType.encoder_and_decoder"
+        return FAIL, f"{package} uses {what}, removed from megatron-core: " + ", ".join(users)
+    return PASS, f"{package} does not use {what}"
 
 
-def probe_mimo() -> tuple[str, str]:
-    src = _source_of("megatron.bridge.models.mimo.mimo_bridge")
-    if src is None or not re.search(r"^class MimoBridge\b", src, re.M):
-        return FAIL, "megatron/bridge/models/mimo/mimo_bridge.py has no class MimoBridge (Megatron-Bridge PR #2387)"
-    return PASS, "Megatron-Bridge has the MiMo MTP bridge (class MimoBridge)"
+def probe_mimo(spec: dict) -> tuple[str, str]:
+    src = _source_of(_module_of(spec["file"]))
+    if src is None or not re.search(rf"^class {re.escape(spec['class'])}\b", src, re.M):
+        return FAIL, f"{spec['file']} has no class {spec['class']}: {spec['expect']} ({spec['fix']})"
+    return PASS, f"Megatron-Bridge has the MiMo MTP bridge (class {spec['class']})"
 
 
 PROBES = {"recompute-padding-mask": probe_recompute, "sglang-ipc-unwrap": probe_sglang,
@@ -305,12 +315,16 @@ PROBES = {"recompute-padding-mask": probe_recompute, "sglang-ipc-unwrap": probe_
 
 def check_probes(vector: dict) -> list[dict]:
     out = []
-    for pid in vector.get("probes", []):
+    packages = {c["name"]: c["package"] for c in vector.get("components", [])}
+    for pid, spec in (vector.get("probes") or {}).items():
         fn = PROBES.get(pid)
         if fn is None:
             out.append(result(f"probe:{pid}", FAIL, "unknown probe id"))
             continue
-        status, detail = fn()
+        if fn is probe_mbridge:
+            status, detail = fn(spec, packages.get(spec["component"], spec["component"]))
+        else:
+            status, detail = fn(spec)
         out.append(result(f"probe:{pid}", status, detail))
     if not out:
         out.append(result("probes", SKIP, "no source probe applies to this profile"))
