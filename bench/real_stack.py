@@ -58,7 +58,7 @@ SGLANG_KEEP = ("python/sglang/srt/model_executor/model_runner.py",
 
 
 def docker(*args, check=True, timeout=3600, stdin=None) -> subprocess.CompletedProcess:
-    from mtpimage import engine   # the CLI the tool builds with (one with a BuildKit client)
+    from mtpimage import engine  # the CLI the tool builds with (one with a BuildKit client)
     proc = subprocess.run([engine.detect().cli, *args], capture_output=True, text=True, timeout=timeout, stdin=stdin,
                           env={**os.environ, "DOCKER_BUILDKIT": "1"})
     if check and proc.returncode != 0:
@@ -297,8 +297,9 @@ class RealBench:
         self.bump("verl", f"verl commit 7bc80c00 -> {VERL_NEXT[:8]} (the next main commit)", m)
 
     def bump_mid(self):
-        from mtpimage import sources
         import yaml
+
+        from mtpimage import sources
         cat = yaml.safe_load((REPO / "manifests" / "components.yaml").read_text())
         patch = cat["components"]["sglang"]["patches"][0]
         data, _ = sources.commit_diff(patch["repo"], patch["base"], patch["head"], SGLANG_KEEP)

@@ -170,8 +170,8 @@ def markdown(r: dict) -> str:
               f"- kernel {m.get('kernel')}, dockerd {m.get('docker')} ({m.get('storage_driver')}), "
               f"build CLI `{m.get('docker_cli')}` with DOCKER_BUILDKIT=1, registry:2 on 127.0.0.1:5000",
               f"- Python {m.get('python')} (tool run by `{m.get('tool_python')}`)",
-              f"- other engineers' builds and tests shared this dockerd during the run, so single "
-              f"runs are noisy; medians are reported.",
+              "- other engineers' builds and tests shared this dockerd during the run, so single "
+              "runs are noisy; medians are reported.",
               "", "## Reproduce", "",
               "```bash",
               "sudo bash scripts/setup-test-host.sh            # dockerd, registry, test base (once)",
@@ -260,7 +260,7 @@ def chart(r: dict, path: Path) -> None:
         ax.axhline(1.0, color="#d62728", ls="--", lw=1)
         ax.text(3.4, 1.0, "goal 1 s", color="#d62728", ha="right", va="bottom", fontsize=8)
         ax.set_ylabel("seconds (median)")
-    ax.set_title(f"Render + check of every shipped profile")
+    ax.set_title("Render + check of every shipped profile")
     fig.suptitle("MTP image builder vs plain docker build (bench/run.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

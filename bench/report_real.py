@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report import med, mb, s, yes  # bench/report.py
+from report import mb, med, s, yes  # bench/report.py
 
 
 def gb(n) -> str:

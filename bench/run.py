@@ -166,7 +166,7 @@ class Bench:
         plain_tag = f"{self.reg}/plain:{PROFILE}"
         self.plain_build(self.ctx, plain_tag)  # warm the plain path too (same cache)
         tool_t, plain_t, plain_steps = [], [], None
-        for i in range(self.reps):
+        for _ in range(self.reps):
             dt, proc = self.tool("--profile", PROFILE)
             assert "up to date" in proc.stdout, proc.stdout[-2000:]
             tool_t.append(dt)
@@ -178,7 +178,9 @@ class Bench:
                  "t2 = time.perf_counter(); print(t1 - t, t2 - t1)")
         parts = [tuple(map(float, subprocess.run([TOOL_PY, "-c", probe], cwd=REPO, capture_output=True,
                                                  text=True, check=True).stdout.split())) for _ in range(3)]
-        t0 = time.perf_counter(); subprocess.run([TOOL_PY, "-c", "pass"]); bare = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        subprocess.run([TOOL_PY, "-c", "pass"])
+        bare = time.perf_counter() - t0
         breakdown = {"python_startup_s": bare, "imports_s": med([p[0] for p in parts]),
                      "docker_cli_detection_s": med([p[1] for p in parts])}
         self.results["warm"] = {"tool_breakdown": breakdown, "tool_s": tool_t, "plain_s": plain_t, "plain_steps": plain_steps,
@@ -265,7 +267,7 @@ class Bench:
         digest = requests.head(f"http://{self.host.registry}/v2/{self.ns}/mtp-verl/manifests/{PROFILE}",
                                headers={"Accept": MANIFEST_V2}, timeout=30).headers["Docker-Content-Digest"]
         tool_t, pull_t, plain_t, plain_steps = [], [], [], []
-        for i in range(self.reps):
+        for _ in range(self.reps):
             self.forget_local(mine)
             self.prune_builder()
             dt, proc = self.tool("--profile", PROFILE, "--push", "--registry", self.reg)
@@ -315,11 +317,10 @@ def render_check(reps: int) -> dict:
         t0 = time.perf_counter()
         once()
         inproc.append(time.perf_counter() - t0)
-    code = ("import sys; sys.path.insert(0, %r)\n"
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
             "from mtpimage import manifest, rules\nfrom mtpimage.cli import plan_for\n"
-            "from mtpimage.render import render\nm = manifest.load(%r)\n"
-            "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n"
-            ) % (str(REPO), str(REPO / "manifests"))
+            f"from mtpimage.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
+            "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n")
     one_proc, check_cli, render_cli, bare = [], [], [], []
     names = manifest.load(REPO / "manifests").names()
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
