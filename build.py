@@ -7,12 +7,22 @@ the README's one command is all a user types. Later runs with the same Python fi
 every pin of requirements.txt installed in .venv/ (a directory listing, no pip) and
 re-run inside it at once; pip runs again only when a pin is missing there.
 """
-import importlib.util
-import os
-import re
-import subprocess
 import sys
-from pathlib import Path
+
+# A remembered no-op answers here, before anything else is imported or looked for
+# (mtpimage/fastpath.py: standard library only; any changed input misses).
+from mtpimage import fastpath
+
+_reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
+if _reply is not None:
+    fastpath.replay(_reply)
+    sys.exit(0)
+
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv"
@@ -76,15 +86,6 @@ def _bootstrap() -> None:
         sys.exit(3)
     _reexec(python)
 
-
-# A remembered no-op answers here, before any dependency is looked for or imported
-# (mtpimage/fastpath.py: standard library only; any changed input misses).
-from mtpimage import fastpath  # noqa: E402
-
-_reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
-if _reply is not None:
-    fastpath.replay(_reply)
-    sys.exit(0)
 
 # find_spec, not import: importing docker alone costs ~0.2 s on every run.
 REQUIRED = ("docker", "jinja2", "jsonschema", "packaging", "requests", "tenacity",
