@@ -33,7 +33,7 @@ class OneLineParser(argparse.ArgumentParser):
 def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     d = argparse.SUPPRESS if sub else None
     p.add_argument("--manifests", type=Path, default=d if sub else None,
-                   help="manifests directory (default: ./manifests of this checkout)")
+                   help="manifests directory (default: the checkout's manifests/; installed: ./manifests)")
     p.add_argument("--set", action="append", dest="sets", metavar="COMPONENT.FIELD=VALUE",
                    default=d if sub else None,
                    help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)")

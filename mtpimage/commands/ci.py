@@ -25,7 +25,7 @@ def register(subparsers, add_common) -> None:
                     "mtpimage/templates/workflows/. Without --registry, the registry recorded in "
                     "the committed images.yml is kept (GHCR of the repository owner by default).")
     p.add_argument("--manifests", type=Path, default=argparse.SUPPRESS,
-                   help="manifests directory (default: ./manifests of this checkout)")
+                   help="manifests directory (default: the checkout's manifests/; installed: ./manifests)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 naming each workflow that differs from what would be generated")
     p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
