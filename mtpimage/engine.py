@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from .errors import BuilderError, EnvironmentProblem, InputError
@@ -57,7 +57,7 @@ def _run(argv, env=None, timeout=60) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
 
 
-@lru_cache(maxsize=None)
+@cache
 def detect() -> BuildKitCLI:
     report = []
     for cli in candidates():

@@ -91,7 +91,7 @@ def run_checks(image: str, gpu: bool = False, timeout: float = 900) -> TestRepor
     try:
         from testcontainers.core.container import DockerContainer
     except ImportError as exc:  # pragma: no cover - a dependency
-        raise EnvironmentProblem(f"testcontainers is not installed ({exc}); pip install -r requirements.txt")
+        raise EnvironmentProblem(f"testcontainers is not installed ({exc}); pip install -r requirements.txt") from exc
     import docker
     import requests
 

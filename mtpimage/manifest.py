@@ -95,7 +95,7 @@ def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | N
     manifests/ that hashes to its declared sha256 (a site's own fix). Nothing is fetched here."""
     root = cat.root.resolve()
     for i, patch in enumerate(patches):
-        def loc(field: str) -> str:
+        def loc(field: str, i: int = i) -> str:
             return where or cat.where("components", comp, "patches", i, field)
         key = f"components.{comp}.patches[{i}]"
         if "file" not in patch:

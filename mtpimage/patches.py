@@ -18,8 +18,9 @@ import contextlib
 import hashlib
 import re
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import EnvironmentProblem, InputError
 

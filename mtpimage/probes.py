@@ -16,9 +16,9 @@ import ast
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from . import rules as rules_mod
 from . import sources
@@ -281,7 +281,7 @@ class SourceSet:
                 return None
             self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
             return self.trees[comp.name]
-        from . import pydeps   # PyPI source: its distribution, unpacked
+        from . import pydeps  # PyPI source: its distribution, unpacked
         try:
             path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
         except pydeps.IndexUnreachable as exc:

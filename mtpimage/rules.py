@@ -11,10 +11,10 @@ A probe's verdict, when given, overrides the known-commit lists.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
-from typing import Callable
 
 import yaml
 from packaging.version import InvalidVersion, Version
@@ -57,7 +57,7 @@ class RuleResult:
                 "evidence": self.source}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _data() -> dict:
     return yaml.safe_load(resources.files("mtpimage.data").joinpath("rules.yaml").read_text())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -26,7 +26,7 @@ _TYPE_WORDS = {"string": "a string", "integer": "an integer", "number": "a numbe
                "null": "null"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(kind: str) -> dict:
     text = resources.files("mtpimage.schemas").joinpath(f"{kind}.v{SCHEMA_VERSION}.json").read_text()
     schema = json.loads(text)

@@ -146,7 +146,7 @@ def identity_labels(identity: str) -> dict[str, str]:
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
     if epoch.isdigit():
         out["org.opencontainers.image.created"] = datetime.datetime.fromtimestamp(
-            int(epoch), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            int(epoch), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return out
 
 

@@ -51,8 +51,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 SCHEMA_VERSION = 1
 

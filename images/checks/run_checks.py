@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import glob
-import hashlib
 import importlib.metadata
 import importlib.util
 import json

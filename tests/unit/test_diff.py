@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import copy
-import re
 import io
 import json
+import re
 import tarfile
 
 import pytest

@@ -87,7 +87,9 @@ def test_equal_pins_share_everything_below_the_mode_layer():
     assert below_a == below_b
     assert mode_a != mode_b
     # Every file the lower layers read (bind mounts: build/, patches/) is identical too.
-    lower = lambda r: {k: v for k, v in r.files.items() if not k.startswith("mtp/") and k != "Dockerfile"}
+    def lower(r):
+        return {k: v for k, v in r.files.items() if not k.startswith("mtp/") and k != "Dockerfile"}
+
     assert lower(a) == lower(b)
     assert a.identity != b.identity
 

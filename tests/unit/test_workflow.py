@@ -1,6 +1,7 @@
 """`python build.py ci`: the generated image workflow, its freshness check, and its shape."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -187,7 +188,7 @@ def test_permissions_are_least_privilege(generated):
 def test_actions_are_pinned_by_full_sha_with_version_comment(generated):
     pins = workflow.load_actions()
     seen = set()
-    for rel, text in generated.items():
+    for text in generated.values():
         for line in text.splitlines():
             m = re.match(r"^\s*(?:- )?uses: (\S+)(?: # (\S+))?$", line)
             if not m:
@@ -335,8 +336,8 @@ def test_summary_command_never_fails_the_job(tmp_path):
     proc = run_cli("summary", "--profile", "mtp-full", str(bad))
     assert proc.returncode == 0 and "unreadable" in proc.stdout
     good = tmp_path / "good.json"
-    good.write_text('{"profile": "mtp-full", "pushed": true, "digest": "%s", '
-                    '"references": ["ghcr.io/a/mtp-verl:t"]}' % DIGEST)
+    good.write_text(json.dumps({"profile": "mtp-full", "pushed": True, "digest": DIGEST,
+                                "references": ["ghcr.io/a/mtp-verl:t"]}))
     proc = run_cli("summary", "--profile", "mtp-full", str(good))
     assert f"docker pull ghcr.io/a/mtp-verl@{DIGEST}" in proc.stdout
 
