@@ -1,6 +1,7 @@
 """The one network policy: how often and how long every network step retries, and how long
 one call may take. Git fetches (sources.py), index probes and page reads (pydeps.py,
-resolver.py) and image pushes (publish.py) all retry through `retrying()`.
+resolver.py) and image pushes (publish.py) all retry through `retrying()`; the tools that
+retry on their own get the same number (pip's --retries, uv's UV_HTTP_RETRIES).
 
 Environment (read at each call, so a test or a CI step can change it):
     MTP_NET_RETRIES       attempts per network step, first one included (default 3)

@@ -67,6 +67,7 @@ def _uv_env() -> dict:
     env["UV_NO_CONFIG"] = "1"            # a user's uv.toml must not change the answer
     env["UV_PYTHON_DOWNLOADS"] = "never"  # resolving for 3.12 needs no interpreter download (and
                                           # asking for one costs seconds where GitHub is unreachable)
+    env["UV_HTTP_RETRIES"] = str(netpolicy.attempts())   # the network policy, as pip's --retries
     if pydeps.ca_bundle():
         env["SSL_CERT_FILE"] = pydeps.ca_bundle()
     return env
