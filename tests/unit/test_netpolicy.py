@@ -92,3 +92,21 @@ def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
         sources.fetch("https://git.example.com/a/b", "a" * 40)
     assert len(seen) == 2
     assert not list((tmp_path / "cache").rglob("*.git"))
+
+
+def test_a_failed_fetch_is_not_retried_for_every_profile(monkeypatch):
+    """check --probe-sources: a (repo, commit) that failed once fails at once afterwards."""
+    from mtpimage import sources
+
+    calls = []
+
+    def fetch(repo, commit):
+        calls.append((repo, commit))
+        raise sources.GitError(repo, "git fetch", "fatal: the remote end hung up unexpectedly", commit)
+
+    monkeypatch.setattr(sources, "fetch", fetch)
+    once = sources.remembering_fetch()
+    for _ in range(3):
+        with pytest.raises(sources.GitError, match="hung up"):
+            once("https://git.example.com/a/b", "a" * 40)
+    assert calls == [("https://git.example.com/a/b", "a" * 40)]
