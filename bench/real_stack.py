@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -144,11 +145,9 @@ class RealBench:
         return out
 
     def history(self, ref: str) -> list[dict]:
-        rows = docker("history", "--no-trunc", "--format", "{{json .}}", ref).stdout.splitlines()
-        out = []
-        for row in reversed([json.loads(x) for x in rows]):
-            out.append({"created_by": row["CreatedBy"][:200], "size": row["Size"]})
-        return out
+        """Layers holding bytes, oldest first, labelled as build.py's size table labels them."""
+        from mtpimage import sizes
+        return [{"index": r.index, "size": r.size, "created_by": r.created_by} for r in sizes.layer_rows(ref)]
 
     def forget(self, *refs):
         for ref in refs:
@@ -364,6 +363,7 @@ def main() -> int:
                "command": "python3 bench/real_stack.py " + " ".join(sys.argv[1:]),
                "substituted": {"base": os.environ["MTP_SUBSTITUTE_BASE"],
                                "omitted": os.environ["MTP_OMIT_PACKAGES"]}}
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mtp-bench-real-") as tmpdir:
         b = RealBench(Path(tmpdir), args.profile, args.reps)
         try:
@@ -371,11 +371,16 @@ def main() -> int:
             if not args.skip_lock:
                 b.lock()
             for case in (b.cold, b.push, b.warm, b.profiles, b.bump_top, b.bump_mid, b.fresh):
-                case()
+                try:
+                    case()
+                except Exception:  # noqa: BLE001 - record it, keep the images, go on with the rest
+                    failed.append(case.__name__)
+                    results.setdefault("errors", {})[case.__name__] = traceback.format_exc()[-3000:]
+                    log(f"FAILED {case.__name__}:\n{traceback.format_exc()[-1500:]}")
                 results.update(b.results)
                 (BENCH / "real_results.json").write_text(json.dumps(results, indent=2) + "\n")
         finally:
-            if not args.keep:
+            if not args.keep and not failed:
                 b.cleanup()
     results["total_s"] = time.perf_counter() - t_start
     (BENCH / "real_results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -79,15 +79,9 @@ def markdown(r: dict) -> list[str]:
         out += ["### Layers of the image (uncompressed, `docker history`; what `build.py` prints after a build)", "",
                 "The layers that change most sit on top: every component's PyPI dependencies first (they move "
                 "only when the lock does), then the components themselves in the order they are bumped.", "",
-                "| # | size | created by |", "|---|---|---|"]
-        n = 0
+                "| history step | size | created by |", "|---|---|---|"]
         for h in c["history"]:
-            if h["size"] == 0:
-                continue
-            created = h["created_by"].replace("|", "/")
-            what = created.split("# ---- layer:")[-1] if "layer:" in created else created
-            out.append(f"| {n} | {size(h['size'])} | `{what[:110]}` |")
-            n += 1
+            out.append(f"| {h['index']} | {size(h['size'])} | `{h['created_by'].replace('|', '/')}` |")
         out += ["", f"Image: {gb(c['image_bytes'])} uncompressed; {gb(r['push']['compressed_bytes'])} compressed "
                 f"in the registry ({len(r['push']['layers'])} layers).", ""]
     bumps = [(k, r[k]) for k in ("bump_verl", "bump_sglang_patch") if r.get(k)]
@@ -197,11 +191,8 @@ def chart(r: dict, path: Path) -> None:
     ax = axes[2]
     c = r.get("cold")
     if c:
-        rows = [h for h in c["history"] if h["size"] > 0]
-        names = []
-        for h in rows:
-            cb = h["created_by"]
-            names.append(cb.split("install ")[-1][:22] if "install " in cb else cb.split()[-1][:22])
+        rows = c["history"]
+        names = [h["created_by"].replace("RUN install ", "")[:28] for h in rows]
         ax.barh(range(len(rows)), [h["size"] / 1e9 for h in rows], color=tool_c)
         ax.set_yticks(range(len(rows)), names, fontsize=7)
         ax.set_xlabel("GB uncompressed")
