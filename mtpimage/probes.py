@@ -297,13 +297,14 @@ class SourceSet:
 
 
 def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:
+    fix = rules_mod.facts()["sglang"]["fix_patch_provides"]   # what the fix patch provides
     tree = ss.tree(comp)
     if tree is None and comp.name in ss.failed:
         return Verdict(UNKNOWN, f"not decided: the sglang source could not be fetched ({ss.failed[comp.name]})")
     if tree is None:
         reason = ss.unavailable.get(comp.name, "not fetched")
-        if "sglang-ipc-unwrap" in comp.provides():
-            return Verdict(PASS, f"trusting the patch's `provides: sglang-ipc-unwrap`; the sources "
+        if fix in comp.provides():
+            return Verdict(PASS, f"trusting the patch's `provides: {fix}`; the sources "
                            f"could not be probed ({reason})")
         return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
     if not comp.patches:
@@ -316,8 +317,8 @@ def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None)
                                   patches_mod.origin(plan, comp.name, root)) as files:
             scratch = patched_copy(tree, files)
     except patches_mod.PatchUnavailable as exc:
-        if exc.offline and "sglang-ipc-unwrap" in comp.provides():
-            return Verdict(PASS, f"trusting the patch's `provides: sglang-ipc-unwrap`; its commits could "
+        if exc.offline and fix in comp.provides():
+            return Verdict(PASS, f"trusting the patch's `provides: {fix}`; its commits could "
                            f"not be fetched ({exc.reason})")
         if exc.offline:
             return Verdict(UNKNOWN, f"sglang patch not made: {exc.reason}")
