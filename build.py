@@ -7,6 +7,7 @@ the README's one command is all a user types. Later runs with the same Python fi
 every pin of requirements.txt installed in .venv/ (a directory listing, no pip) and
 re-run inside it at once; pip runs again only when a pin is missing there.
 """
+
 import sys
 
 # A remembered no-op answers here, before anything else is imported or looked for
@@ -39,7 +40,7 @@ def _missing_pins() -> list[str]:
     installed: set[tuple[str, str]] = set()
     for site in VENV.glob("lib/python*/site-packages"):
         for info in site.glob("*.dist-info"):
-            name, _, version = info.name[:-len(".dist-info")].partition("-")
+            name, _, version = info.name[: -len(".dist-info")].partition("-")
             installed.add((_canonical(name), version))
     missing = []
     try:
@@ -63,33 +64,48 @@ def _reexec(python: Path) -> None:
 def _bootstrap() -> None:
     python = VENV / "bin" / "python"
     if Path(sys.prefix).resolve() == VENV.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
-        print("error: missing Python dependencies; run: pip install -r requirements.txt",
-              file=sys.stderr)
+        print("error: missing Python dependencies; run: pip install -r requirements.txt", file=sys.stderr)
         sys.exit(3)
     missing = _missing_pins() if python.exists() else ["(no .venv/ yet)"]
     if not missing:
         try:
-            _reexec(python)   # .venv/ already holds every pin: no pip, no message
+            _reexec(python)  # .venv/ already holds every pin: no pip, no message
         except OSError:
             missing = [f"(cannot run {python})"]
-    why = "first run" if missing == ["(no .venv/ yet)"] else \
-        f"it lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+    why = (
+        "first run"
+        if missing == ["(no .venv/ yet)"]
+        else f"it lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+    )
     print(f"build.py: installing pinned dependencies into {VENV.name}/ ({why})", file=sys.stderr)
     try:
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "-r", str(HERE / "requirements.txt")], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+                str(HERE / "requirements.txt"),
+            ],
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"error: could not install dependencies into {VENV.name}/: {exc} "
-              "(fix: pip install -r requirements.txt)", file=sys.stderr)
+        print(
+            f"error: could not install dependencies into {VENV.name}/: {exc} "
+            "(fix: pip install -r requirements.txt)",
+            file=sys.stderr,
+        )
         sys.exit(3)
     _reexec(python)
 
 
 # find_spec, not import: importing docker alone costs ~0.2 s on every run.
-REQUIRED = ("docker", "jinja2", "jsonschema", "packaging", "requests", "tenacity",
-            "testcontainers", "yaml")
+REQUIRED = ("docker", "jinja2", "jsonschema", "packaging", "requests", "tenacity", "testcontainers", "yaml")
 if any(importlib.util.find_spec(name) is None for name in REQUIRED):
     _bootstrap()
 

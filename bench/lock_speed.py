@@ -14,6 +14,7 @@ cache again. Medians of --runs warm runs. Needs what `lock` needs: PyPI, and the
 reachable (here: upstream snapshots mapped in with git's url.insteadOf, plus
 MTP_GIT_ALLOW_MISSING_BLOBS=1). Writes bench/lock_results.json; prints a Markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,7 @@ def main() -> int:
     import yaml
 
     from mtpimage import resolver
+
     py = sys.executable
     work = Path(tempfile.mkdtemp(prefix="mtp-bench-lock-"))
     manifests = work / "manifests"
@@ -60,8 +62,11 @@ def main() -> int:
     assert rc == 0, out
     warm = [timed(lock_cmd, env)[0] for _ in range(args.runs)]
     same = (manifests / "lock.yaml").read_bytes() == (ROOT / "manifests" / "lock.yaml").read_bytes()
-    results["tool"] = {"cold_s": round(cold, 2), "warm_s": round(statistics.median(warm), 2),
-                       "lock_identical_to_committed": same}
+    results["tool"] = {
+        "cold_s": round(cold, 2),
+        "warm_s": round(statistics.median(warm), 2),
+        "lock_identical_to_committed": same,
+    }
 
     doc = yaml.safe_load((manifests / "lock.yaml").read_text())
     pyset = next(iter(doc["python_sets"].values()))
@@ -76,14 +81,19 @@ def main() -> int:
         os.environ["MTP_CACHE_DIR"] = str(uv_cache)
         os.environ["MTP_LOCK_REFRESH"] = "0"
         t0 = time.monotonic()
-        resolver.resolve(pyset["requirements"], pyset["stubs"], overrides, excludes,
-                         ["https://pypi.org/simple"], "3.12")
+        resolver.resolve(
+            pyset["requirements"], pyset["stubs"], overrides, excludes, ["https://pypi.org/simple"], "3.12"
+        )
         return time.monotonic() - t0
-    results["uv_compile_only"] = {"cold_s": round(uv_once(True), 2),
-                                  "warm_s": round(statistics.median(uv_once(False) for _ in range(args.runs)), 2)}
+
+    results["uv_compile_only"] = {
+        "cold_s": round(uv_once(True), 2),
+        "warm_s": round(statistics.median(uv_once(False) for _ in range(args.runs)), 2),
+    }
 
     # pip's resolver on the same requirements, stand-ins as local wheels, no overrides possible
     from mtpimage import pydeps
+
     stubdir = work / "stubs"
     stubdir.mkdir()
     reqs = []
@@ -95,20 +105,40 @@ def main() -> int:
             reqs.append(f"{name} @ {whl.as_uri()}")
         else:
             reqs.append(line)
-    pip_cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(work / "r.json"),
-               "--python-version", "3.12", *[a for plat in pydeps.PLATFORMS for a in ("--platform", plat)],
-               "--only-binary=:all:",
-               "--target", str(work / "t"), "--no-cache-dir", *reqs]
+    pip_cmd = [
+        py,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "-q",
+        "--report",
+        str(work / "r.json"),
+        "--python-version",
+        "3.12",
+        *[a for plat in pydeps.PLATFORMS for a in ("--platform", plat)],
+        "--only-binary=:all:",
+        "--target",
+        str(work / "t"),
+        "--no-cache-dir",
+        *reqs,
+    ]
     t, rc, out = timed(pip_cmd, {**os.environ, "PIP_CONFIG_FILE": os.devnull}, cwd=work)
-    results["pip_resolver"] = {"cold_s": round(t, 2), "exit": rc,
-                               "says": " ".join(out.split())[-300:]}
+    results["pip_resolver"] = {"cold_s": round(t, 2), "exit": rc, "says": " ".join(out.split())[-300:]}
     (ROOT / "bench" / "lock_results.json").write_text(json.dumps(results, indent=2) + "\n")
     print("| | cold | warm (median) | note |\n|---|---|---|---|")
-    print(f"| `build.py lock`, 5 profiles | {results['tool']['cold_s']} s | {results['tool']['warm_s']} s | "
-          f"lock.yaml identical to the committed one: {same} |")
-    print(f"| `uv pip compile` alone (floor) | {results['uv_compile_only']['cold_s']} s | "
-          f"{results['uv_compile_only']['warm_s']} s | resolution only |")
-    print(f"| pip resolver, same input | {results['pip_resolver']['cold_s']} s | - | exit {rc}: cannot apply overrides |")
+    print(
+        f"| `build.py lock`, 5 profiles | {results['tool']['cold_s']} s | {results['tool']['warm_s']} s | "
+        f"lock.yaml identical to the committed one: {same} |"
+    )
+    print(
+        f"| `uv pip compile` alone (floor) | {results['uv_compile_only']['cold_s']} s | "
+        f"{results['uv_compile_only']['warm_s']} s | resolution only |"
+    )
+    print(
+        f"| pip resolver, same input | {results['pip_resolver']['cold_s']} s | - | exit {rc}: cannot apply overrides |"
+    )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -27,6 +27,7 @@ through git's url.insteadOf, MTP_GIT_ALLOW_MISSING_BLOBS=1 for snapshots) and Py
 on 2 cores; it prunes the whole BuildKit cache twice. Writes bench/real_results.json, then
 bench/RESULTS.md and the charts (bench/report.py). No figure here is asserted anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,26 @@ from run import MANIFEST_V2, TOOL_PY, log, machine, med, render_check  # noqa: E
 
 CA = os.environ.get("MTP_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 REGISTRY = os.environ.get("MTP_TEST_REGISTRY", "127.0.0.1:5000")
-VERL_NEXT = "d4701e4eb50feeabc2781499c02f64793ed55461"    # first verl main commit after 7bc80c00; setup.py unchanged
-SGLANG_KEEP = ("python/sglang/srt/model_executor/model_runner.py",
-               "python/sglang/srt/speculative/eagle_worker.py")
+VERL_NEXT = (
+    "d4701e4eb50feeabc2781499c02f64793ed55461"  # first verl main commit after 7bc80c00; setup.py unchanged
+)
+SGLANG_KEEP = (
+    "python/sglang/srt/model_executor/model_runner.py",
+    "python/sglang/srt/speculative/eagle_worker.py",
+)
 
 
 def docker(*args, check=True, timeout=3600, stdin=None) -> subprocess.CompletedProcess:
     from mtpimage import engine  # the CLI the tool builds with (one with a BuildKit client)
-    proc = subprocess.run([engine.detect().cli, *args], capture_output=True, text=True, timeout=timeout, stdin=stdin,
-                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+
+    proc = subprocess.run(
+        [engine.detect().cli, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=stdin,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+    )
     if check and proc.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args[:4])} failed: {proc.stderr[-2000:]}")
     return proc
@@ -87,12 +99,15 @@ class RealBench:
         if manifests is not None:
             argv[2:2] = ["--manifests", str(manifests)]
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=3600,
-                              env={**os.environ, **(env or {})})
+        proc = subprocess.run(
+            argv, cwd=REPO, capture_output=True, text=True, timeout=3600, env={**os.environ, **(env or {})}
+        )
         dt = time.perf_counter() - t0
         if check and proc.returncode != 0:
-            raise RuntimeError(f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
-                               f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return dt, proc
 
     def build_args(self, *args):
@@ -100,6 +115,7 @@ class RealBench:
 
     def rendered(self, profile: str, manifests: Path | None = None):
         from mtpimage import manifest
+
         try:
             from mtpimage.planning import plan_for
         except ImportError:
@@ -122,8 +138,18 @@ class RealBench:
         self.mine.add(tag)
         with open(ctx, "rb") as f:
             t0 = time.perf_counter()
-            proc = docker("build", "--progress", "plain", "--secret", f"id=ca-bundle,src={CA}",
-                          "-t", tag, *extra, "-", stdin=f)
+            proc = docker(
+                "build",
+                "--progress",
+                "plain",
+                "--secret",
+                f"id=ca-bundle,src={CA}",
+                "-t",
+                tag,
+                *extra,
+                "-",
+                stdin=f,
+            )
             dt = time.perf_counter() - t0
         return dt, steps(proc.stderr)
 
@@ -131,8 +157,11 @@ class RealBench:
         return json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", ref).stdout)
 
     def manifest(self, tag: str, repo: str = "mtp-verl") -> dict:
-        r = requests.get(f"http://{REGISTRY}/v2/{self.ns}/{repo}/manifests/{tag}",
-                         headers={"Accept": MANIFEST_V2}, timeout=60)
+        r = requests.get(
+            f"http://{REGISTRY}/v2/{self.ns}/{repo}/manifests/{tag}",
+            headers={"Accept": MANIFEST_V2},
+            timeout=60,
+        )
         r.raise_for_status()
         return r.json()
 
@@ -147,6 +176,7 @@ class RealBench:
     def history(self, ref: str) -> list[dict]:
         """Layers holding bytes, oldest first, labelled as build.py's size table labels them."""
         from mtpimage import sizes
+
         return [{"index": r.index, "size": r.size, "created_by": r.created_by} for r in sizes.layer_rows(ref)]
 
     def forget(self, *refs):
@@ -170,11 +200,18 @@ class RealBench:
     def lock(self):
         log("lock speed (bench/lock_speed.py)")
         t0 = time.perf_counter()
-        proc = subprocess.run([TOOL_PY, str(BENCH / "lock_speed.py"), "--runs", str(self.reps)], cwd=REPO,
-                              capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(
+            [TOOL_PY, str(BENCH / "lock_speed.py"), "--runs", str(self.reps)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        self.results["lock"] = {**json.loads((BENCH / "lock_results.json").read_text()),
-                                "bench_s": time.perf_counter() - t0}
+        self.results["lock"] = {
+            **json.loads((BENCH / "lock_results.json").read_text()),
+            "bench_s": time.perf_counter() - t0,
+        }
 
     def cold(self):
         p = self.profile
@@ -195,11 +232,17 @@ class RealBench:
         self.mine |= {self.ref, f"mtp-verl:{p}"}
         self.base_layers = self.layers(self.ref)
         hist = self.history(self.ref)
-        self.results["cold"] = {"tool_s": tool_s, "plain_s": plain_s, "plain_steps": plain_steps,
-                                "ratio": tool_s / plain_s, "layers": len(self.base_layers),
-                                "plain_layers": len(plain_layers), "history": hist,
-                                "image_bytes": sum(h["size"] for h in hist),
-                                "tool_tail": proc.stdout[-1500:]}
+        self.results["cold"] = {
+            "tool_s": tool_s,
+            "plain_s": plain_s,
+            "plain_steps": plain_steps,
+            "ratio": tool_s / plain_s,
+            "layers": len(self.base_layers),
+            "plain_layers": len(plain_layers),
+            "history": hist,
+            "image_bytes": sum(h["size"] for h in hist),
+            "tool_tail": proc.stdout[-1500:],
+        }
         log(f"  tool {tool_s:.0f}s, plain {plain_s:.0f}s")
 
     def push(self):
@@ -207,16 +250,19 @@ class RealBench:
         dt, _ = self.tool("--profile", self.profile, "--push", "--registry", self.reg)
         man = self.manifest(self.profile)
         self.mine |= {f"{self.reg}/mtp-verl:{self.ident}", f"{self.reg}/mtp-verl:{self.profile}"}
-        self.results["push"] = {"s": dt, "compressed_bytes": sum(x["size"] for x in man["layers"]),
-                                "layers": [x["size"] for x in man["layers"]]}
+        self.results["push"] = {
+            "s": dt,
+            "compressed_bytes": sum(x["size"] for x in man["layers"]),
+            "layers": [x["size"] for x in man["layers"]],
+        }
 
     def warm(self):
         log("warm no-op (image local)")
         p = self.profile
         ctx, _ = self.context(p)
         plain_tag = f"{self.reg}/plain:{p}"
-        self.plain(ctx, plain_tag)          # the plain side's first run (all cached, tags it)
-        self.tool(*self.build_args("--profile", p))   # and the tool's (writes its memo)
+        self.plain(ctx, plain_tag)  # the plain side's first run (all cached, tags it)
+        self.tool(*self.build_args("--profile", p))  # and the tool's (writes its memo)
         tool_t, full_t, plain_t, plain_steps = [], [], [], None
         for _ in range(self.reps):
             dt, proc = self.tool(*self.build_args("--profile", p), env={"MTP_FASTPATH_TRACE": "1"})
@@ -231,21 +277,31 @@ class RealBench:
         for _ in range(self.reps):
             subprocess.run([TOOL_PY, "-c", "pass"], check=True)
         bare = (time.perf_counter() - t0) / self.reps
-        self.results["warm"] = {"tool_s": tool_t, "tool_full_path_s": full_t, "plain_s": plain_t,
-                                "plain_steps": plain_steps, "python_startup_s": bare,
-                                "ratio": med(tool_t) / med(plain_t)}
+        self.results["warm"] = {
+            "tool_s": tool_t,
+            "tool_full_path_s": full_t,
+            "plain_s": plain_t,
+            "plain_steps": plain_steps,
+            "python_startup_s": bare,
+            "ratio": med(tool_t) / med(plain_t),
+        }
         log(f"  tool {med(tool_t):.3f}s (full path {med(full_t):.2f}s), plain {med(plain_t):.2f}s")
 
     def profiles(self):
         from mtpimage import manifest
+
         names = [n for n in manifest.load(REPO / "manifests").names() if n != self.profile]
         log(f"other profiles: {', '.join(names)}")
         builds = {}
         for n in names:
             dt, _ = self.tool(*self.build_args("--profile", n, "--push", "--registry", self.reg))
             ident = self.rendered(n).identity
-            self.mine |= {f"mtp-verl:{ident}", f"mtp-verl:{n}", f"{self.reg}/mtp-verl:{ident}",
-                          f"{self.reg}/mtp-verl:{n}"}
+            self.mine |= {
+                f"mtp-verl:{ident}",
+                f"mtp-verl:{n}",
+                f"{self.reg}/mtp-verl:{ident}",
+                f"{self.reg}/mtp-verl:{n}",
+            }
             builds[n] = dt
             log(f"  {n}: {dt:.0f}s")
         everyone = [self.profile, *names]
@@ -256,22 +312,32 @@ class RealBench:
         for n in everyone:
             total = sum(s for _, s in layers[n])
             unique = sum(s for d, s in layers[n] if d not in common)
-            second = sum(s for d, s in layers[n] if d not in first)   # a node that has `profile` pulls this
-            per[n] = {"layers": len(layers[n]), "compressed_bytes": total, "unique_bytes": unique,
-                      "unique_pct": 100.0 * unique / total, "second_profile_pull_bytes": second,
-                      "unshared_layer_indexes": [i for i, (d, _) in enumerate(layers[n]) if d not in common]}
+            second = sum(s for d, s in layers[n] if d not in first)  # a node that has `profile` pulls this
+            per[n] = {
+                "layers": len(layers[n]),
+                "compressed_bytes": total,
+                "unique_bytes": unique,
+                "unique_pct": 100.0 * unique / total,
+                "second_profile_pull_bytes": second,
+                "unshared_layer_indexes": [i for i, (d, _) in enumerate(layers[n]) if d not in common],
+            }
         sizes = {d: s for n in everyone for d, s in layers[n]}
-        self.results["profiles"] = {"build_s": builds, "per_profile": per, "shared_layers": len(common),
-                                    "shared_bytes": sum(sizes[d] for d in common),
-                                    "union_bytes": sum(sizes.values()),
-                                    "naive_sum_bytes": sum(per[n]["compressed_bytes"] for n in everyone)}
+        self.results["profiles"] = {
+            "build_s": builds,
+            "per_profile": per,
+            "shared_layers": len(common),
+            "shared_bytes": sum(sizes[d] for d in common),
+            "union_bytes": sum(sizes.values()),
+            "naive_sum_bytes": sum(per[n]["compressed_bytes"] for n in everyone),
+        }
 
     def bump(self, key: str, what: str, manifests: Path):
         log(f"bump {key}: {what}")
         known = self.registry_blobs()
         lock_s, _ = self.tool("lock", manifests=manifests)
-        dt, proc = self.tool(*self.build_args("--profile", self.profile, "--push", "--registry", self.reg),
-                             manifests=manifests)
+        dt, proc = self.tool(
+            *self.build_args("--profile", self.profile, "--push", "--registry", self.reg), manifests=manifests
+        )
         ident = self.rendered(self.profile, manifests).identity
         ref = f"mtp-verl:{ident}"
         self.mine |= {ref, f"{self.reg}/mtp-verl:{ident}"}
@@ -281,35 +347,51 @@ class RealBench:
         pushed = sum(x["size"] for x in man["layers"] if x["digest"] not in known)
         total = sum(x["size"] for x in man["layers"])
         self.results[f"bump_{key}"] = {
-            "what": what, "lock_s": lock_s, "s": dt, "layers": len(new), "layers_rebuilt": len(rebuilt),
-            "first_rebuilt_index": rebuilt[0] if rebuilt else None, "pushed_bytes": pushed,
+            "what": what,
+            "lock_s": lock_s,
+            "s": dt,
+            "layers": len(new),
+            "layers_rebuilt": len(rebuilt),
+            "first_rebuilt_index": rebuilt[0] if rebuilt else None,
+            "pushed_bytes": pushed,
             "image_compressed_bytes": total,
-            "full_rebuild_s": self.results["cold"]["plain_s"], "ratio": dt / self.results["cold"]["plain_s"],
-            "buildkit": steps(proc.stderr)}
+            "full_rebuild_s": self.results["cold"]["plain_s"],
+            "ratio": dt / self.results["cold"]["plain_s"],
+            "buildkit": steps(proc.stderr),
+        }
         # the profile tags go back to the baseline for the cases after this one
         docker("tag", self.ref, f"mtp-verl:{self.profile}")
         self.tool("--profile", self.profile, "--push", "--registry", self.reg)
-        log(f"  {dt:.0f}s, {len(rebuilt)}/{len(new)} layers rebuilt, {pushed / 1e6:.1f} MB pushed of {total / 1e6:.0f} MB")
+        log(
+            f"  {dt:.0f}s, {len(rebuilt)}/{len(new)} layers rebuilt, {pushed / 1e6:.1f} MB pushed of {total / 1e6:.0f} MB"
+        )
 
     def bump_top(self):
-        m = self.bumped_manifests("verl", lambda t: t.replace("7bc80c00a07833e06797ecde08c7efc58f524aa2", VERL_NEXT))
+        m = self.bumped_manifests(
+            "verl", lambda t: t.replace("7bc80c00a07833e06797ecde08c7efc58f524aa2", VERL_NEXT)
+        )
         self.bump("verl", f"verl commit 7bc80c00 -> {VERL_NEXT[:8]} (the next main commit)", m)
 
     def bump_mid(self):
         import yaml
 
         from mtpimage import sources
+
         cat = yaml.safe_load((REPO / "manifests" / "components.yaml").read_text())
         patch = cat["components"]["sglang"]["patches"][0]
         data, _ = sources.commit_diff(patch["repo"], patch["base"], patch["head"], SGLANG_KEEP)
         import hashlib
+
         sha = hashlib.sha256(data).hexdigest()
 
         def edit(text: str) -> str:
             text = re.sub(r"\n *- python/sglang/srt/speculative/eagle_worker_v2.py", "", text, count=1)
             return text.replace(patch["sha256"], sha)
+
         m = self.bumped_manifests("sglang", edit)
-        self.bump("sglang_patch", f"sglang patch: 3 -> 2 files (eagle_worker_v2.py dropped), sha256 {sha[:12]}", m)
+        self.bump(
+            "sglang_patch", f"sglang patch: 3 -> 2 files (eagle_worker_v2.py dropped), sha256 {sha[:12]}", m
+        )
 
     def fresh(self):
         log("fresh builder: image only in the registry")
@@ -320,8 +402,11 @@ class RealBench:
         t0 = time.perf_counter()
         docker("push", inline)
         inline_push = time.perf_counter() - t0
-        digest = requests.head(f"http://{REGISTRY}/v2/{self.ns}/mtp-verl/manifests/{p}",
-                               headers={"Accept": MANIFEST_V2}, timeout=60).headers["Docker-Content-Digest"]
+        digest = requests.head(
+            f"http://{REGISTRY}/v2/{self.ns}/mtp-verl/manifests/{p}",
+            headers={"Accept": MANIFEST_V2},
+            timeout=60,
+        ).headers["Docker-Content-Digest"]
         pulled = f"{self.reg}/mtp-verl@{digest}"
         local = sorted(self.mine | {pulled})
         self.forget(*local)
@@ -334,9 +419,16 @@ class RealBench:
         self.forget(pulled)
         self.prune()
         plain_s, plain_steps = self.plain(ctx, inline, "--cache-from", inline)
-        self.results["fresh"] = {"tool_s": tool_s, "pull_s": pull_s, "tool_then_pull_s": tool_s + pull_s,
-                                 "plain_s": plain_s, "plain_steps": plain_steps, "inline_push_s": inline_push,
-                                 "ratio": plain_s / tool_s, "ratio_with_pull": plain_s / (tool_s + pull_s)}
+        self.results["fresh"] = {
+            "tool_s": tool_s,
+            "pull_s": pull_s,
+            "tool_then_pull_s": tool_s + pull_s,
+            "plain_s": plain_s,
+            "plain_steps": plain_steps,
+            "inline_push_s": inline_push,
+            "ratio": plain_s / tool_s,
+            "ratio_with_pull": plain_s / (tool_s + pull_s),
+        }
         log(f"  tool {tool_s:.2f}s (+pull {pull_s:.0f}s), plain --cache-from {plain_s:.0f}s")
 
     def cleanup(self):
@@ -355,14 +447,26 @@ def main() -> int:
     os.environ.setdefault("MTP_OMIT_PACKAGES", "transformer-engine,flash-attn,apex")
     os.environ.setdefault("MTP_GIT_ALLOW_MISSING_BLOBS", "1")
     if not os.environ.get("MTP_SUBSTITUTE_BASE"):
-        os.environ["MTP_SUBSTITUTE_BASE"] = subprocess.run(
-            ["bash", str(REPO / "scripts/real-stack/make-base.sh")], check=True, capture_output=True,
-            text=True).stdout.strip().splitlines()[-1]
+        os.environ["MTP_SUBSTITUTE_BASE"] = (
+            subprocess.run(
+                ["bash", str(REPO / "scripts/real-stack/make-base.sh")],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
     t_start = time.perf_counter()
-    results = {"machine": machine(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-               "command": "python3 bench/real_stack.py " + " ".join(sys.argv[1:]),
-               "substituted": {"base": os.environ["MTP_SUBSTITUTE_BASE"],
-                               "omitted": os.environ["MTP_OMIT_PACKAGES"]}}
+    results = {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "command": "python3 bench/real_stack.py " + " ".join(sys.argv[1:]),
+        "substituted": {
+            "base": os.environ["MTP_SUBSTITUTE_BASE"],
+            "omitted": os.environ["MTP_OMIT_PACKAGES"],
+        },
+    }
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mtp-bench-real-") as tmpdir:
         b = RealBench(Path(tmpdir), args.profile, args.reps)
@@ -386,6 +490,7 @@ def main() -> int:
     (BENCH / "real_results.json").write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote bench/real_results.json ({results['total_s']:.0f}s)")
     from report import write_all  # bench/report.py
+
     write_all(json.loads((BENCH / "results.json").read_text()), BENCH)
     return 0
 

@@ -11,6 +11,7 @@ writes bench/RESULTS.md, bench/results.json and bench/results.png. It deletes it
 images at the end; the fresh-builder case runs `docker builder prune -af` (the whole
 BuildKit cache of this dockerd).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,9 @@ from tests.fixtures.servers import serve_git_world  # noqa: E402
 PROFILE = "test-detach"
 OTHERS = ("test-load-only", "test-cp-recompute")
 # the Python the tool runs under: build.py's own .venv when it made one (it holds requirements.txt)
-TOOL_PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+TOOL_PY = (
+    str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+)
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
 
@@ -63,8 +66,9 @@ class Bench:
     # ------------------------------------------------------------------ plumbing
     def docker(self, *args, check=True, timeout=900, stdin=None):
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-        proc = subprocess.run([self.host.cli, *args], capture_output=True, text=True, env=env,
-                              timeout=timeout, stdin=stdin)
+        proc = subprocess.run(
+            [self.host.cli, *args], capture_output=True, text=True, env=env, timeout=timeout, stdin=stdin
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"docker {' '.join(args[:4])} failed: {proc.stderr[-2000:]}")
         return proc
@@ -75,8 +79,10 @@ class Bench:
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1800)
         dt = time.perf_counter() - t0
         if check and proc.returncode != 0:
-            raise RuntimeError(f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
-                               f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return dt, proc
 
     def plain_build(self, ctx: Path, tag: str, *extra):
@@ -95,15 +101,19 @@ class Bench:
         return {"cached": cached, "executed_or_cached_steps": runs}
 
     def manifest(self, repo: str, tag: str) -> dict:
-        r = requests.get(f"http://{self.host.registry}/v2/{self.ns}/{repo}/manifests/{tag}",
-                         headers={"Accept": MANIFEST_V2}, timeout=30)
+        r = requests.get(
+            f"http://{self.host.registry}/v2/{self.ns}/{repo}/manifests/{tag}",
+            headers={"Accept": MANIFEST_V2},
+            timeout=30,
+        )
         r.raise_for_status()
         return r.json()
 
     def identity(self, profile: str, *sets: str) -> str:
         extra = [a for s in sets for a in ("--set", s)]
-        _, proc = self.tool(*extra, "render", "--profile", profile, "--json",
-                            "--out", str(self.tmp / f"render-{profile}"))
+        _, proc = self.tool(
+            *extra, "render", "--profile", profile, "--json", "--out", str(self.tmp / f"render-{profile}")
+        )
         return json.loads(proc.stdout)["identity"]
 
     def context_tar(self, profile: str) -> Path:
@@ -135,8 +145,14 @@ class Bench:
         flat = f"{self.reg}/base-flat:1"
         cid = self.docker("create", self.host.base_image, "true").stdout.strip()
         exp = subprocess.Popen([self.host.cli, "export", cid], stdout=subprocess.PIPE)
-        self.docker("import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "-", flat, stdin=exp.stdout)
+        self.docker(
+            "import",
+            "--change",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "-",
+            flat,
+            stdin=exp.stdout,
+        )
         exp.wait()
         self.docker("rm", cid)
         self.local_refs.add(flat)
@@ -156,8 +172,12 @@ class Bench:
         log(f"first build of {PROFILE} through the tool (build + checks + push)")
         dt, proc = self.tool("--profile", PROFILE, "--push", "--registry", self.reg)
         self.results["first_build_s"] = dt
-        self.local_refs |= {f"mtp-verl:{self.ident[PROFILE]}", f"mtp-verl:{PROFILE}",
-                            f"{self.reg}/mtp-verl:{self.ident[PROFILE]}", f"{self.reg}/mtp-verl:{PROFILE}"}
+        self.local_refs |= {
+            f"mtp-verl:{self.ident[PROFILE]}",
+            f"mtp-verl:{PROFILE}",
+            f"{self.reg}/mtp-verl:{self.ident[PROFILE]}",
+            f"{self.reg}/mtp-verl:{PROFILE}",
+        }
         log(f"  {dt:.1f}s")
 
     # ------------------------------------------------------------------ cases
@@ -173,18 +193,37 @@ class Bench:
             dt, proc = self.plain_build(self.ctx, plain_tag)
             plain_t.append(dt)
             plain_steps = self.steps(proc.stderr)
-        probe = ("import time; t = time.perf_counter(); import mtpimage.cli, mtpimage.commands.image; "
-                 "t1 = time.perf_counter(); from mtpimage import engine; engine.detect(); "
-                 "t2 = time.perf_counter(); print(t1 - t, t2 - t1)")
-        parts = [tuple(map(float, subprocess.run([TOOL_PY, "-c", probe], cwd=REPO, capture_output=True,
-                                                 text=True, check=True).stdout.split())) for _ in range(3)]
+        probe = (
+            "import time; t = time.perf_counter(); import mtpimage.cli, mtpimage.commands.image; "
+            "t1 = time.perf_counter(); from mtpimage import engine; engine.detect(); "
+            "t2 = time.perf_counter(); print(t1 - t, t2 - t1)"
+        )
+        parts = [
+            tuple(
+                map(
+                    float,
+                    subprocess.run(
+                        [TOOL_PY, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+                    ).stdout.split(),
+                )
+            )
+            for _ in range(3)
+        ]
         t0 = time.perf_counter()
         subprocess.run([TOOL_PY, "-c", "pass"])
         bare = time.perf_counter() - t0
-        breakdown = {"python_startup_s": bare, "imports_s": med([p[0] for p in parts]),
-                     "docker_cli_detection_s": med([p[1] for p in parts])}
-        self.results["warm"] = {"tool_breakdown": breakdown, "tool_s": tool_t, "plain_s": plain_t, "plain_steps": plain_steps,
-                                "ratio": med(tool_t) / med(plain_t)}
+        breakdown = {
+            "python_startup_s": bare,
+            "imports_s": med([p[0] for p in parts]),
+            "docker_cli_detection_s": med([p[1] for p in parts]),
+        }
+        self.results["warm"] = {
+            "tool_breakdown": breakdown,
+            "tool_s": tool_t,
+            "plain_s": plain_t,
+            "plain_steps": plain_steps,
+            "ratio": med(tool_t) / med(plain_t),
+        }
         log(f"  tool {med(tool_t):.2f}s plain {med(plain_t):.2f}s")
 
     def sharing(self):
@@ -193,8 +232,12 @@ class Bench:
         for p in OTHERS:
             dt, _ = self.tool("--profile", p, "--push", "--registry", self.reg)
             builds[p] = dt
-            self.local_refs |= {f"mtp-verl:{self.ident[p]}", f"mtp-verl:{p}",
-                                f"{self.reg}/mtp-verl:{self.ident[p]}", f"{self.reg}/mtp-verl:{p}"}
+            self.local_refs |= {
+                f"mtp-verl:{self.ident[p]}",
+                f"mtp-verl:{p}",
+                f"{self.reg}/mtp-verl:{self.ident[p]}",
+                f"{self.reg}/mtp-verl:{p}",
+            }
         profiles = (PROFILE, *OTHERS)
         mans = {p: self.manifest("mtp-verl", p) for p in profiles}
         layers = {p: [(l["digest"], l["size"]) for l in mans[p]["layers"]] for p in profiles}
@@ -207,26 +250,46 @@ class Bench:
             unique = sum(s for d, s in layers[p] if d not in common)
             extra = sum(s for d, s in layers[p] if d not in first)
             diff_idx = [i for i, (d, _) in enumerate(layers[p]) if d not in common]
-            per[p] = {"layers": len(layers[p]), "compressed_bytes": total, "unique_bytes": unique,
-                      "unique_pct": 100.0 * unique / total, "new_vs_first_bytes": extra,
-                      "unshared_layer_indexes": diff_idx}
+            per[p] = {
+                "layers": len(layers[p]),
+                "compressed_bytes": total,
+                "unique_bytes": unique,
+                "unique_pct": 100.0 * unique / total,
+                "new_vs_first_bytes": extra,
+                "unshared_layer_indexes": diff_idx,
+            }
         union = sum(sizes.values())
         naive = sum(per[p]["compressed_bytes"] for p in profiles)
         # uncompressed, from the local images (what the layer table of mtpimage/sizes.py prints)
         from mtpimage import sizes as sz
-        rows = {p: [(r.index, r.size, r.created_by) for r in sz.layer_rows(f"mtp-verl:{self.ident[p]}")]
-                for p in profiles}
+
+        rows = {
+            p: [(r.index, r.size, r.created_by) for r in sz.layer_rows(f"mtp-verl:{self.ident[p]}")]
+            for p in profiles
+        }
         self.results["sharing"] = {
-            "build_s": builds, "per_profile": per, "shared_bytes": sum(sizes[d] for d in common),
-            "shared_layers": len(common), "union_bytes": union, "naive_sum_bytes": naive,
-            "layer_table": rows[PROFILE], "uncompressed_total": {p: sum(r[1] for r in rows[p]) for p in profiles}}
-        log(f"  shared {len(common)} layers; unique % " + ", ".join(f"{p} {per[p]['unique_pct']:.3f}" for p in profiles))
+            "build_s": builds,
+            "per_profile": per,
+            "shared_bytes": sum(sizes[d] for d in common),
+            "shared_layers": len(common),
+            "union_bytes": union,
+            "naive_sum_bytes": naive,
+            "layer_table": rows[PROFILE],
+            "uncompressed_total": {p: sum(r[1] for r in rows[p]) for p in profiles},
+        }
+        log(
+            f"  shared {len(common)} layers; unique % "
+            + ", ".join(f"{p} {per[p]['unique_pct']:.3f}" for p in profiles)
+        )
 
     def bump(self, comp: str, reps: int, full_reps: int):
         log(f"one pin bumped ({comp}) x{reps}, full rebuild x{full_reps}")
         repo = getattr(self.world.repos, comp.replace("-", "_"))
-        base_layers = json.loads(self.docker("image", "inspect", "--format", "{{json .RootFS.Layers}}",
-                                             f"mtp-verl:{self.ident[PROFILE]}").stdout)
+        base_layers = json.loads(
+            self.docker(
+                "image", "inspect", "--format", "{{json .RootFS.Layers}}", f"mtp-verl:{self.ident[PROFILE]}"
+            ).stdout
+        )
         known = {l["digest"] for p in (PROFILE, *OTHERS) for l in self.manifest("mtp-verl", p)["layers"]}
         out = {"incremental": [], "full": []}
         for kind, n in (("incremental", reps), ("full", full_reps)):
@@ -239,17 +302,32 @@ class Bench:
                     args = ["--no-cache", *args]
                 dt, proc = self.tool(*args)
                 self.local_refs |= {f"mtp-verl:{ident}", f"{self.reg}/mtp-verl:{ident}"}
-                new_layers = json.loads(self.docker("image", "inspect", "--format", "{{json .RootFS.Layers}}",
-                                                    f"mtp-verl:{ident}").stdout)
-                rebuilt = [i for i, d in enumerate(new_layers) if i >= len(base_layers) or d != base_layers[i]]
+                new_layers = json.loads(
+                    self.docker(
+                        "image", "inspect", "--format", "{{json .RootFS.Layers}}", f"mtp-verl:{ident}"
+                    ).stdout
+                )
+                rebuilt = [
+                    i for i, d in enumerate(new_layers) if i >= len(base_layers) or d != base_layers[i]
+                ]
                 man = self.manifest("mtp-verl", ident)
                 pushed = sum(l["size"] for l in man["layers"] if l["digest"] not in known)
                 total = sum(l["size"] for l in man["layers"])
                 known |= {l["digest"] for l in man["layers"]}
-                out[kind].append({"s": dt, "layers_rebuilt": len(rebuilt), "first_rebuilt_index": rebuilt[0] if rebuilt else None,
-                                  "layers": len(new_layers), "pushed_bytes": pushed, "image_bytes": total,
-                                  "buildkit": self.steps(proc.stderr)})
-                log(f"  {kind} {i}: {dt:.1f}s, {len(rebuilt)}/{len(new_layers)} layers rebuilt, pushed {pushed} B")
+                out[kind].append(
+                    {
+                        "s": dt,
+                        "layers_rebuilt": len(rebuilt),
+                        "first_rebuilt_index": rebuilt[0] if rebuilt else None,
+                        "layers": len(new_layers),
+                        "pushed_bytes": pushed,
+                        "image_bytes": total,
+                        "buildkit": self.steps(proc.stderr),
+                    }
+                )
+                log(
+                    f"  {kind} {i}: {dt:.1f}s, {len(rebuilt)}/{len(new_layers)} layers rebuilt, pushed {pushed} B"
+                )
                 # only this run's tags go; the profile tag moves back on the next run
         # put the profile tag back on the baseline (later cases rely on it)
         self.docker("tag", f"mtp-verl:{self.ident[PROFILE]}", f"mtp-verl:{PROFILE}")
@@ -264,8 +342,11 @@ class Bench:
         self.tool("--profile", PROFILE, "--push", "--registry", self.reg)
         # every image of this run goes (base included), so nothing of it is local any more
         mine = sorted(self.local_refs | {f"mtp-verl:{PROFILE}", plain_ref})
-        digest = requests.head(f"http://{self.host.registry}/v2/{self.ns}/mtp-verl/manifests/{PROFILE}",
-                               headers={"Accept": MANIFEST_V2}, timeout=30).headers["Docker-Content-Digest"]
+        digest = requests.head(
+            f"http://{self.host.registry}/v2/{self.ns}/mtp-verl/manifests/{PROFILE}",
+            headers={"Accept": MANIFEST_V2},
+            timeout=30,
+        ).headers["Docker-Content-Digest"]
         tool_t, pull_t, plain_t, plain_steps = [], [], [], []
         for _ in range(self.reps):
             self.forget_local(mine)
@@ -282,10 +363,15 @@ class Bench:
             plain_t.append(dt)
             plain_steps.append(self.steps(proc.stderr))
         self.local_refs.add(f"{self.reg}/mtp-verl@{digest}")
-        self.results["fresh"] = {"tool_s": tool_t, "tool_then_pull_s": [a + b for a, b in zip(tool_t, pull_t)],
-                                 "pull_s": pull_t, "plain_s": plain_t, "plain_steps": plain_steps,
-                                 "ratio": med(plain_t) / med(tool_t),
-                                 "ratio_with_pull": med(plain_t) / med([a + b for a, b in zip(tool_t, pull_t)])}
+        self.results["fresh"] = {
+            "tool_s": tool_t,
+            "tool_then_pull_s": [a + b for a, b in zip(tool_t, pull_t)],
+            "pull_s": pull_t,
+            "plain_s": plain_t,
+            "plain_steps": plain_steps,
+            "ratio": med(plain_t) / med(tool_t),
+            "ratio_with_pull": med(plain_t) / med([a + b for a, b in zip(tool_t, pull_t)]),
+        }
         log(f"  tool {med(tool_t):.2f}s (+pull {med(pull_t):.2f}s) plain --cache-from {med(plain_t):.2f}s")
 
     def cleanup(self):
@@ -317,10 +403,12 @@ def render_check(reps: int) -> dict:
         t0 = time.perf_counter()
         once()
         inproc.append(time.perf_counter() - t0)
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
-            "from mtpimage import manifest, rules\nfrom mtpimage.cli import plan_for\n"
-            f"from mtpimage.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
-            "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from mtpimage import manifest, rules\nfrom mtpimage.cli import plan_for\n"
+        f"from mtpimage.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
+        "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n"
+    )
     one_proc, check_cli, render_cli, bare = [], [], [], []
     names = manifest.load(REPO / "manifests").names()
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
@@ -332,17 +420,36 @@ def render_check(reps: int) -> dict:
             subprocess.run([TOOL_PY, "-c", code], check=True)
             one_proc.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            proc = subprocess.run([TOOL_PY, str(REPO / "build.py"), "check"], cwd=REPO,
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [TOOL_PY, str(REPO / "build.py"), "check"], cwd=REPO, capture_output=True, text=True
+            )
             check_cli.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             for name in names:
-                subprocess.run([TOOL_PY, str(REPO / "build.py"), "render", "--profile", name,
-                                "--out", os.path.join(tmp, name)], cwd=REPO, check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        TOOL_PY,
+                        str(REPO / "build.py"),
+                        "render",
+                        "--profile",
+                        name,
+                        "--out",
+                        os.path.join(tmp, name),
+                    ],
+                    cwd=REPO,
+                    check=True,
+                    capture_output=True,
+                )
             render_cli.append(time.perf_counter() - t0)
-    return {"profiles": n, "in_process_s": inproc, "one_process_s": one_proc,
-            "cli_check_all_s": check_cli, "cli_check_rc": proc.returncode,
-            "cli_render_each_s": render_cli, "python_startup_s": bare}
+    return {
+        "profiles": n,
+        "in_process_s": inproc,
+        "one_process_s": one_proc,
+        "cli_check_all_s": check_cli,
+        "cli_check_rc": proc.returncode,
+        "cli_render_each_s": render_cli,
+        "python_startup_s": bare,
+    }
 
 
 def machine() -> dict:
@@ -351,6 +458,7 @@ def machine() -> dict:
             return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
         except OSError:
             return "?"
+
     cpu = "?"
     try:
         for line in open("/proc/cpuinfo"):
@@ -364,10 +472,16 @@ def machine() -> dict:
         mem = f"{int(open('/proc/meminfo').readline().split()[1]) / 1024 / 1024:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory": mem, "kernel": platform.release(),
-            "python": platform.python_version(), "tool_python": TOOL_PY.replace(str(REPO) + "/", ""),
-            "docker": out("docker", "version", "--format", "{{.Server.Version}}"),
-            "storage_driver": out("docker", "info", "--format", "{{.Driver}}")}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "tool_python": TOOL_PY.replace(str(REPO) + "/", ""),
+        "docker": out("docker", "version", "--format", "{{.Server.Version}}"),
+        "storage_driver": out("docker", "info", "--format", "{{.Driver}}"),
+    }
 
 
 def main() -> int:
@@ -375,8 +489,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--bump-reps", type=int, default=3)
     ap.add_argument("--full-reps", type=int, default=2)
-    ap.add_argument("--only", nargs="*", default=None,
-                    help="subset of: render warm sharing bump fresh")
+    ap.add_argument("--only", nargs="*", default=None, help="subset of: render warm sharing bump fresh")
     args = ap.parse_args()
     only = set(args.only or ["render", "warm", "sharing", "bump", "fresh"])
     t_start = time.perf_counter()
@@ -413,6 +526,7 @@ def main() -> int:
     (BENCH / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote bench/results.json ({results['total_s']:.0f}s)")
     from report import write_all  # bench/report.py
+
     write_all(results, BENCH)
     return 0
 

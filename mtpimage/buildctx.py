@@ -8,6 +8,7 @@ commit.
 Patches by reference are made here from their two commits (same fetcher, same cache),
 local patch files read from manifests/; either is checked against its pinned sha256.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,8 +29,10 @@ def fetch_archive(comp: Component) -> bytes:
     try:
         tree = sources.fetch(comp.repo, comp.commit)
     except sources.GitError as exc:
-        raise EnvironmentProblem(f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
-                                 "or point git at a mirror with url.<mirror>.insteadOf)") from None
+        raise EnvironmentProblem(
+            f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
+            "or point git at a mirror with url.<mirror>.insteadOf)"
+        ) from None
     proc = sources.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
         raise EnvironmentProblem(f"git ls-files in the {comp.name} cache failed: {proc.stderr[-300:]}")
@@ -38,7 +41,7 @@ def fetch_archive(comp: Component) -> bytes:
         for rel in sorted(x for x in proc.stdout.split("\0") if x):
             path = tree.path / rel
             if not path.is_file() or path.is_symlink():
-                continue          # sparse (missing from the mirror) or a link: not needed to install
+                continue  # sparse (missing from the mirror) or a link: not needed to install
             info = tarfile.TarInfo(rel)
             info.size = path.stat().st_size
             info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
@@ -57,12 +60,18 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
             mode = 0o755 if member.mode & 0o111 else 0o644
             out.append((f"src/{comp.name}/{member.name}", data, mode))
     from . import sources
+
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
     missing = sources.missing_paths(sources.tree_dir(comp.repo, comp.commit))
     if missing:
         origin["missing_from_mirror"] = missing
-    out.append((f"src/{comp.name}/.mtp-source.json",
-                (json.dumps(origin, indent=2, sort_keys=True) + "\n").encode(), 0o644))
+    out.append(
+        (
+            f"src/{comp.name}/.mtp-source.json",
+            (json.dumps(origin, indent=2, sort_keys=True) + "\n").encode(),
+            0o644,
+        )
+    )
     return out
 
 

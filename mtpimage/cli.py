@@ -1,4 +1,5 @@
 """Command line: `python build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ from .report import print_check, print_plan
 
 def image_of(plan: Plan, root) -> str:
     from .render import image_of as _image_of  # lazy: jinja2 only where an identity is printed
+
     return _image_of(plan, root)
+
 
 DEFAULT_PROFILE = "mtp-detach"
 
@@ -32,23 +35,32 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     d = argparse.SUPPRESS if sub else None
-    p.add_argument("--manifests", type=Path, default=d if sub else None,
-                   help="manifests directory (default: the checkout's manifests/; installed: ./manifests)")
-    p.add_argument("--set", action="append", dest="sets", metavar="COMPONENT.FIELD=VALUE",
-                   default=d if sub else None,
-                   help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)")
-    p.add_argument("--json", action="store_true", default=d if sub else False,
-                   help="machine-readable output")
+    p.add_argument(
+        "--manifests",
+        type=Path,
+        default=d if sub else None,
+        help="manifests directory (default: the checkout's manifests/; installed: ./manifests)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        dest="sets",
+        metavar="COMPONENT.FIELD=VALUE",
+        default=d if sub else None,
+        help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", default=d if sub else False, help="machine-readable output")
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="build.py",
-        description="Build tested, reproducible verl + Megatron MTP images from manifests/.")
+        prog="build.py", description="Build tested, reproducible verl + Megatron MTP images from manifests/."
+    )
     _common(parser, sub=False)
     parser.add_argument("--profile", help=f"profile to build (default: {DEFAULT_PROFILE})")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="resolve, check and print the plan without Docker")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="resolve, check and print the plan without Docker"
+    )
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = subs.add_parser("list", help="one line per profile")
@@ -57,18 +69,25 @@ def make_parser() -> argparse.ArgumentParser:
     p = subs.add_parser("check", help="validate manifests and run the compatibility rules")
     _common(p, sub=True)
     p.add_argument("--profile", default=argparse.SUPPRESS)
-    p.add_argument("--probe-sources", action="store_true",
-                   help="fetch each pinned source and decide rules from its code (see `lock`)")
+    p.add_argument(
+        "--probe-sources",
+        action="store_true",
+        help="fetch each pinned source and decide rules from its code (see `lock`)",
+    )
 
     p = subs.add_parser("explain", help="the verl overrides for a profile, and when to choose it")
     _common(p, sub=True)
     p.add_argument("--profile", required=True)
     p.add_argument("--target", required=True, choices=["rl", "sft"])
     p.add_argument("--model-config", type=Path, help="a HF config.json to check against the mode")
-    p.add_argument("--cluster", choices=["slurm", "apptainer"],
-                   help="print a ready job script pinned to the published image's digest")
-    p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                   help="where the image was published (with --cluster)")
+    p.add_argument(
+        "--cluster",
+        choices=["slurm", "apptainer"],
+        help="print a ready job script pinned to the published image's digest",
+    )
+    p.add_argument(
+        "--registry", metavar="HOST[:PORT]/NAMESPACE", help="where the image was published (with --cluster)"
+    )
     p.add_argument("--digest", metavar="sha256:...", help="use this digest instead of asking the registry")
 
     # Stages after the plan live in their own modules; each adds its subcommands
@@ -82,6 +101,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def command_modules():
     from .commands import MODULES
+
     return MODULES
 
 
@@ -90,9 +110,16 @@ def cmd_list(args) -> int:
     rows = []
     for name in m.names():
         plan = plan_for(m, name, getattr(args, "sets", None))
-        rows.append({"name": name, "mode": plan.mode, "targets": list(plan.targets),
-                     "experimental": plan.experimental, "summary": plan.summary,
-                     "image": image_of(plan, m.root)})
+        rows.append(
+            {
+                "name": name,
+                "mode": plan.mode,
+                "targets": list(plan.targets),
+                "experimental": plan.experimental,
+                "summary": plan.summary,
+                "image": image_of(plan, m.root),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -107,10 +134,11 @@ def cmd_check(args) -> int:
     m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
     reports = []
-    unfetched: dict[str, str] = {}      # component -> why its source could not be fetched
+    unfetched: dict[str, str] = {}  # component -> why its source could not be fetched
     fetch = None
     if args.probe_sources:
         from .sources import remembering_fetch
+
         fetch = remembering_fetch()
     for name in names:
         plan = plan_for(m, name, getattr(args, "sets", None))
@@ -118,6 +146,7 @@ def cmd_check(args) -> int:
         missing: dict[str, str] = {}
         if args.probe_sources:
             from .probes import SourceSet, probe_plan
+
             # One source that cannot be fetched does not stop the others from being probed:
             # its rules are UNKNOWN with the reason, and the exit status says so at the end.
             ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
@@ -127,19 +156,33 @@ def cmd_check(args) -> int:
         reports.append((plan, rules.evaluate(plan, probes), missing))
     failed = any(rules.errors(res) for _, res, _ in reports)
     if args.json:
-        print(json.dumps([{"profile": p.profile, "image": image_of(p, m.root), "ok": not rules.errors(res),
-                           "rules": [r.to_dict() for r in res],
-                           **({"unfetched_sources": miss} if args.probe_sources else {})}
-                          for p, res, miss in reports], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "profile": p.profile,
+                        "image": image_of(p, m.root),
+                        "ok": not rules.errors(res),
+                        "rules": [r.to_dict() for r in res],
+                        **({"unfetched_sources": miss} if args.probe_sources else {}),
+                    }
+                    for p, res, miss in reports
+                ],
+                indent=2,
+            )
+        )
     else:
         for plan, res, _ in reports:
             print_check(plan, res)
     if unfetched:
         what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
-        print(f"error: check --probe-sources: could not fetch {what}; the rules that need "
-              f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above (fix: check that the pinned "
-              "commit exists upstream and the repository is reachable, e.g. git ls-remote REPO, "
-              "then run again)", file=sys.stderr)
+        print(
+            f"error: check --probe-sources: could not fetch {what}; the rules that need "
+            f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above (fix: check that the pinned "
+            "commit exists upstream and the repository is reachable, e.g. git ls-remote REPO, "
+            "then run again)",
+            file=sys.stderr,
+        )
     if failed:
         return EXIT_RULES
     return EXIT_ENV if unfetched else 0
@@ -149,28 +192,46 @@ def cmd_explain(args) -> int:
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None))
     if args.target not in plan.targets:
-        raise InputError("--target", args.target,
-                         f"profile {plan.profile} supports {', '.join(plan.targets)} only",
-                         f"use --target {plan.targets[0]} or another profile")
+        raise InputError(
+            "--target",
+            args.target,
+            f"profile {plan.profile} supports {', '.join(plan.targets)} only",
+            f"use --target {plan.targets[0]} or another profile",
+        )
     results = rules.evaluate(plan)
-    notes = [f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
-             for r in rules.errors(results) + rules.warnings(results)]
+    notes = [
+        f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
+        for r in rules.errors(results) + rules.warnings(results)
+    ]
     if args.model_config:
         notes += model_warnings(args.model_config)
     if args.cluster:
         from .cluster import published_job_script
-        print(published_job_script(plan, m.root, args.target, args.cluster, args.registry, args.digest), end="")
+
+        print(
+            published_job_script(plan, m.root, args.target, args.cluster, args.registry, args.digest), end=""
+        )
         return 0
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
     if args.json:
-        print(json.dumps({"profile": plan.profile, "mode": plan.mode, "target": args.target,
-                          "entrypoint": entry, "overrides": overrides,
-                          "choose_when": plan.choose_when, "warnings": notes,
-                          "patches": [{"component": n, "patch": p.describe(), "url": p.url}
-                                      for n, p in patches],
-                          "image": image_of(plan, m.root)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "profile": plan.profile,
+                    "mode": plan.mode,
+                    "target": args.target,
+                    "entrypoint": entry,
+                    "overrides": overrides,
+                    "choose_when": plan.choose_when,
+                    "warnings": notes,
+                    "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
+                    "image": image_of(plan, m.root),
+                },
+                indent=2,
+            )
+        )
         return 0
     print(f"# {plan.profile}: {plan.summary}")
     print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
@@ -178,6 +239,7 @@ def cmd_explain(args) -> int:
         print(f"# choose it when: {plan.choose_when}")
     print(f"# image: {image_of(plan, m.root)}")
     from .report import resolution_lines
+
     for line in resolution_lines(plan):
         print(f"# {line.strip()}")
     for name, p in patches:
@@ -194,9 +256,19 @@ def cmd_main(args) -> int:
     plan = plan_for(m, name, args.sets)
     results = rules.evaluate(plan)
     if args.json:
-        print(json.dumps({"plan": plan.to_dict(), "image": image_of(plan, m.root), "digest": plan.digest,
-                          "rules": [r.to_dict() for r in results],
-                          "ok": not rules.errors(results)}, indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "plan": plan.to_dict(),
+                    "image": image_of(plan, m.root),
+                    "digest": plan.digest,
+                    "rules": [r.to_dict() for r in results],
+                    "ok": not rules.errors(results),
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
     else:
         print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):
@@ -205,6 +277,7 @@ def cmd_main(args) -> int:
         return 0
     from .commands.image import main_job
     from .pipeline import run
+
     return run(main_job(args, m, plan))
 
 
@@ -226,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # never a traceback for users; MTP_DEBUG=1 shows it
         if os.environ.get("MTP_DEBUG"):
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
-              file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
+            file=sys.stderr,
+        )
         return 70

@@ -11,6 +11,7 @@ keyed `https://index.docker.io/v1/`. An `identitytoken` (an OAuth refresh token)
 exchanged for an access token here: that registry's look-ups go unauthenticated, and say
 `docker login` when refused. Credentials are never logged or put in an error message.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,7 +31,7 @@ class Credentials:
     username: str
     password: str
 
-    def __repr__(self) -> str:           # never print a secret by accident
+    def __repr__(self) -> str:  # never print a secret by accident
         return f"Credentials(username={self.username!r}, password=***)"
 
 
@@ -42,7 +43,7 @@ def _read_config() -> dict:
     try:
         data = json.loads(config_path().read_text())
     except (OSError, ValueError):
-        return {}                        # no login at all, or a file docker itself would reject
+        return {}  # no login at all, or a file docker itself would reject
     return data if isinstance(data, dict) else {}
 
 
@@ -69,10 +70,11 @@ def _from_entry(entry) -> Credentials | None:
 
 def _from_helper(helper: str, server: str) -> Credentials | None:
     try:
-        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=server, capture_output=True,
-                              text=True, timeout=30)
+        proc = subprocess.run(
+            [f"docker-credential-{helper}", "get"], input=server, capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
-        return None                      # helper not installed or hung: as if not logged in
+        return None  # helper not installed or hung: as if not logged in
     if proc.returncode != 0:
         return None
     try:
@@ -80,7 +82,7 @@ def _from_helper(helper: str, server: str) -> Credentials | None:
     except ValueError:
         return None
     user, secret = data.get("Username"), data.get("Secret")
-    if not user or not secret or user == "<token>":    # <token>: an identity token, see above
+    if not user or not secret or user == "<token>":  # <token>: an identity token, see above
         return None
     return Credentials(user, secret)
 

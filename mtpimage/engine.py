@@ -7,6 +7,7 @@ A CLI is used only after it proved it has a BuildKit client:
   `DOCKER_BUILDKIT=1 docker build --help` lists --secret -> the built-in client (CLI <= 22)
 A newer CLI without the buildx plugin refuses DOCKER_BUILDKIT=1: it is skipped, not trusted.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,7 @@ class BuildFailed(BuilderError):
 @dataclass(frozen=True)
 class BuildKitCLI:
     cli: str
-    mode: str          # "buildx" | "builtin"
+    mode: str  # "buildx" | "builtin"
     version: str
 
     def describe(self) -> str:
@@ -72,14 +73,20 @@ def detect() -> BuildKitCLI:
     if not report:
         raise EnvironmentProblem("no docker CLI found (fix: install docker, e.g. Debian's docker.io)")
     raise EnvironmentProblem(
-        "no docker CLI here can build with BuildKit: " + "; ".join(report)
+        "no docker CLI here can build with BuildKit: "
+        + "; ".join(report)
         + " (fix: install the buildx plugin, or use a CLI with the built-in BuildKit client such as "
-          "Debian's docker.io; MTP_DOCKER_CLI=PATH selects one)")
+        "Debian's docker.io; MTP_DOCKER_CLI=PATH selects one)"
+    )
 
 
 # What the docker CLI and the Docker SDK say when no engine answers at the address they use.
-UNREACHABLE = ("cannot connect to the docker daemon", "is the docker daemon running",
-               "error during connect", "error while fetching server api version")
+UNREACHABLE = (
+    "cannot connect to the docker daemon",
+    "is the docker daemon running",
+    "error during connect",
+    "error while fetching server api version",
+)
 NO_PERMISSION = "permission denied while trying to connect to the docker daemon"
 
 
@@ -101,12 +108,14 @@ class EngineUnreachable(EnvironmentProblem):
             super().__init__(
                 f"the Docker engine at {where} ({source}) refuses this user: permission denied on its "
                 "socket (fix: add the user to the docker group and log in again, run as root, or set "
-                "DOCKER_HOST to an engine this user may use)")
+                "DOCKER_HOST to an engine this user may use)"
+            )
         else:
             super().__init__(
                 f"the Docker engine cannot be reached at {where} ({source}) (fix: start dockerd, e.g. "
                 "`sudo systemctl start docker` or `sudo dockerd &`, or set DOCKER_HOST to a running "
-                "engine)")
+                "engine)"
+            )
 
 
 def unreachable(detail: str) -> EngineUnreachable | None:
@@ -119,24 +128,27 @@ def unreachable(detail: str) -> EngineUnreachable | None:
     return None
 
 
-def docker(*args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
-           ) -> subprocess.CompletedProcess:
+def docker(
+    *args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
+) -> subprocess.CompletedProcess:
     """A plain docker CLI call (inspect, tag, push). Any CLI talks to the daemon; BuildKit
     detection (three CLI calls) is only paid for builds, which keeps no-op runs fast.
     An engine that does not answer is an EngineUnreachable error even with check=False:
     "no such image" must never be concluded from a daemon that is not there."""
     found = candidates()
     if not found:
-        raise EnvironmentProblem("no docker CLI found (fix: install docker, e.g. Debian's docker.io, "
-                                 "or set MTP_DOCKER_CLI=PATH)")
+        raise EnvironmentProblem(
+            "no docker CLI found (fix: install docker, e.g. Debian's docker.io, or set MTP_DOCKER_CLI=PATH)"
+        )
     proc = subprocess.run([found[0], *args], capture_output=True, timeout=timeout, input=input)
     if proc.returncode != 0:
         down = unreachable(proc.stderr.decode(errors="replace"))
         if down is not None:
             raise down
     if check and proc.returncode != 0:
-        raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: "
-                                 f"{proc.stderr.decode(errors='replace').strip()[-400:]}")
+        raise EnvironmentProblem(
+            f"docker {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()[-400:]}"
+        )
     return proc
 
 
@@ -167,8 +179,12 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
                 argv += ["--builder", req.builder]
         else:
             if req.builder:
-                raise InputError("--builder", req.builder, "this docker CLI has no buildx: it builds "
-                                 "on the local daemon only", "install the buildx plugin or drop --builder")
+                raise InputError(
+                    "--builder",
+                    req.builder,
+                    "this docker CLI has no buildx: it builds on the local daemon only",
+                    "install the buildx plugin or drop --builder",
+                )
             env["DOCKER_BUILDKIT"] = "1"
             argv = [kit.cli, "build"]
         argv += ["--iidfile", str(iidfile), "--progress", req.progress]
@@ -185,8 +201,12 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
         if req.no_cache:
             argv += ["--no-cache"]
         if req.cache_to and kit.mode != "buildx":
-            raise InputError("--cache-to", req.cache_to[0], "exporting a build cache needs docker buildx",
-                             "install the buildx plugin or drop --cache-to")
+            raise InputError(
+                "--cache-to",
+                req.cache_to[0],
+                "exporting a build cache needs docker buildx",
+                "install the buildx plugin or drop --cache-to",
+            )
         for spec in req.cache_from:
             argv += ["--cache-from", spec]
         for spec in req.cache_to:
@@ -194,8 +214,9 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
         argv += ["-"]
         log = open(log_path, "wb") if log_path else None
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            )
             import threading
 
             def feed():

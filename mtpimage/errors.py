@@ -4,6 +4,7 @@ Exit codes follow the CLI contract: 2 for bad input (manifests, flags), 1 for a
 check that ran and failed (rules, tests), 3 for an environment problem (docker,
 network) that is not the user's input.
 """
+
 from __future__ import annotations
 
 EXIT_RULES = 1

@@ -4,6 +4,7 @@
 modes), then mksquashfs (Debian's squashfs-tools) packs it with fixed timestamps so the
 same image gives the same bytes.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,10 +33,12 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
         client = docker.from_env(timeout=600)
         client.images.get(image)
     except ImageNotFound:
-        raise InputError("--image", image, "image not found locally",
-                         "build it first: python build.py --profile NAME") from None
+        raise InputError(
+            "--image", image, "image not found locally", "build it first: python build.py --profile NAME"
+        ) from None
     except DockerException as exc:
         from .engine import unreachable
+
         raise unreachable(str(exc)) or EnvironmentProblem(f"docker does not answer: {exc}") from None
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -45,8 +48,9 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
         with tempfile.TemporaryDirectory(prefix="mtp-export-") as tmp:
             root = Path(tmp) / "rootfs"
             root.mkdir()
-            untar = subprocess.Popen([tar, "-x", "-C", str(root), "--numeric-owner"],
-                                     stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+            untar = subprocess.Popen(
+                [tar, "-x", "-C", str(root), "--numeric-owner"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+            )
             try:
                 for chunk in container.export():
                     untar.stdin.write(chunk)
@@ -58,18 +62,35 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
                 raise EnvironmentProblem(f"unpacking {image} failed: {err.strip()[-300:]}")
             vector = root / VECTOR_PATH.lstrip("/")
             if not vector.is_file():
-                raise InputError("--image", image, f"{VECTOR_PATH} missing: not an image this tool built",
-                                 "export an image built by python build.py")
+                raise InputError(
+                    "--image",
+                    image,
+                    f"{VECTOR_PATH} missing: not an image this tool built",
+                    "export an image built by python build.py",
+                )
             partial = out.with_name(out.name + ".partial")
             partial.unlink(missing_ok=True)
-            proc = subprocess.run([mksquashfs, str(root), str(partial), "-noappend", "-quiet",
-                                   "-no-progress", "-mkfs-time", "0", "-all-time", "0"],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    mksquashfs,
+                    str(root),
+                    str(partial),
+                    "-noappend",
+                    "-quiet",
+                    "-no-progress",
+                    "-mkfs-time",
+                    "0",
+                    "-all-time",
+                    "0",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 partial.unlink(missing_ok=True)
                 raise EnvironmentProblem(f"mksquashfs failed: {proc.stderr.strip()[-300:]}")
             shutil.copyfile(vector, vector_out)
-            partial.replace(out)   # never a half-written squashfs under the final name
+            partial.replace(out)  # never a half-written squashfs under the final name
     finally:
         container.remove(force=True)
     return out, vector_out

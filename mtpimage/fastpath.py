@@ -19,6 +19,7 @@ option takes the full path every time.
 
 Standard library only, and nothing of the rest of the tool is imported: that is the point.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,13 +31,13 @@ from pathlib import Path
 
 from . import locations
 
-FORMAT = 1                          # part of the key: a new memo layout never reads an old one
-IMAGE_REPOSITORY = "mtp-verl"      # plan.IMAGE_REPOSITORY; tests/unit/test_fastpath.py checks they agree
+FORMAT = 1  # part of the key: a new memo layout never reads an old one
+IMAGE_REPOSITORY = "mtp-verl"  # plan.IMAGE_REPOSITORY; tests/unit/test_fastpath.py checks they agree
 # The options a remembered run may have (each takes one value). The last three only say how
 # a build would run (a BuildKit secret, the progress format), not what it builds; they are in
 # the key all the same.
 OPTIONS = ("--profile", "--manifests", "--set", "--ca-bundle", "--netrc", "--progress")
-DEFAULT_PROFILE = "mtp-detach"     # cli.DEFAULT_PROFILE; checked by the same test
+DEFAULT_PROFILE = "mtp-detach"  # cli.DEFAULT_PROFILE; checked by the same test
 
 
 def enabled() -> bool:
@@ -66,7 +67,7 @@ def parse(argv: list[str]) -> dict | None:
         if name == "--set":
             out["--set"].append(value)
         elif name in out:
-            return None          # given twice: let argparse decide what that means
+            return None  # given twice: let argparse decide what that means
         else:
             out[name] = value
     out.setdefault("--profile", DEFAULT_PROFILE)
@@ -104,11 +105,24 @@ def key(opts: dict, cwd: Path | None = None) -> str:
     manifests = Path(opts.get("--manifests") or locations.DEFAULT_MANIFESTS)
     manifests = manifests if manifests.is_absolute() else cwd / manifests
     h = hashlib.sha256()
-    h.update(json.dumps({"format": FORMAT, "opts": opts, "python": sys.version, "exe": sys.executable,
-                         "env": sorted((k, v) for k, v in os.environ.items()
-                                       if k.startswith(("MTP_", "DOCKER_")) and k != "MTP_FASTPATH_TRACE"),
-                         "manifests": str(manifests.resolve()), "dists": _distributions()},
-                        sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "opts": opts,
+                "python": sys.version,
+                "exe": sys.executable,
+                "env": sorted(
+                    (k, v)
+                    for k, v in os.environ.items()
+                    if k.startswith(("MTP_", "DOCKER_")) and k != "MTP_FASTPATH_TRACE"
+                ),
+                "manifests": str(manifests.resolve()),
+                "dists": _distributions(),
+            },
+            sort_keys=True,
+        ).encode()
+    )
     roots = [manifests, locations.PACKAGE, locations.IMAGES_DIR]
     if locations.CHECKOUT is not None:
         roots += [locations.CHECKOUT / "build.py", locations.CHECKOUT / "requirements.txt"]
@@ -120,7 +134,8 @@ def key(opts: dict, cwd: Path | None = None) -> str:
 
 def memo_dir() -> Path:
     base = os.environ.get("MTP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-image-builder")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-image-builder"
+    )
     return Path(base) / "noop"
 
 
@@ -130,7 +145,7 @@ def _socket_path() -> str | None:
     if os.environ.get("DOCKER_CONTEXT"):
         return None
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    return host[len("unix://"):] if host.startswith("unix://") else None
+    return host[len("unix://") :] if host.startswith("unix://") else None
 
 
 def image_id(ref: str, timeout: float = 5.0) -> str | None:
@@ -263,8 +278,9 @@ def remember(argv: list[str], k: str, ref: str, events: list) -> bool:
     for stream, text in events:
         at = text.find(head) if stream == "out" else -1
         if at >= 0:
-            reply.append(["out", text[:at + len(head)]
-                          + f"up to date: {ref} exists locally; nothing to build\n"])
+            reply.append(
+                ["out", text[: at + len(head)] + f"up to date: {ref} exists locally; nothing to build\n"]
+            )
             break
         reply.append([stream, text])
     else:
@@ -276,8 +292,7 @@ def remember(argv: list[str], k: str, ref: str, events: list) -> bool:
         path = _memo_file(k)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"ref": ref, "image_id": iid, "reply": reply}),
-                       encoding="utf-8")
+        tmp.write_text(json.dumps({"ref": ref, "image_id": iid, "reply": reply}), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         return False

@@ -4,6 +4,7 @@ Containers are started with testcontainers (Docker SDK underneath). Its reaper i
 (ryuk) cannot be pulled on air-gapped machines, so it is disabled and the container is
 removed here, in a finally block.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ class TestReport:
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and bool(self.results) and \
-            not any(r["status"] == "fail" for r in self.results)
+        return (
+            self.exit_code == 0
+            and bool(self.results)
+            and not any(r["status"] == "fail" for r in self.results)
+        )
 
     def table(self) -> str:
         if not self.results:
@@ -49,7 +53,7 @@ def _registry_host(ref: str) -> str | None:
     try:
         parsed = ImageRef.parse(ref)
     except InputError:
-        return None         # not a reference docker could pull either: reported as not found
+        return None  # not a reference docker could pull either: reported as not found
     return parsed.host if parsed.explicit_host else None
 
 
@@ -63,24 +67,36 @@ def ensure_local(image: str, flag: str = "--image") -> None:
         return
     host = _registry_host(image)
     if host is None:
-        raise InputError(flag, image, "no such image in the local Docker engine (a name without a "
-                         "registry host is not looked up on docker.io)",
-                         "build it with python build.py --profile NAME, `docker load` or `docker pull` "
-                         "it, or give the registry: HOST[:PORT]/NAME:TAG")
+        raise InputError(
+            flag,
+            image,
+            "no such image in the local Docker engine (a name without a "
+            "registry host is not looked up on docker.io)",
+            "build it with python build.py --profile NAME, `docker load` or `docker pull` "
+            "it, or give the registry: HOST[:PORT]/NAME:TAG",
+        )
     proc = engine.docker("pull", "--quiet", image, check=False, timeout=3600)
     if proc.returncode == 0:
         return
     err = " ".join(proc.stderr.decode(errors="replace").split())
     low = err.lower()
     if any(p in low for p in ("not found", "manifest unknown", "name unknown", "does not exist")):
-        raise InputError(flag, image, f"not in the local Docker engine, nor in registry {host}",
-                         "check the name and tag, or push it there first")
+        raise InputError(
+            flag,
+            image,
+            f"not in the local Docker engine, nor in registry {host}",
+            "check the name and tag, or push it there first",
+        )
     if any(p in low for p in ("unauthorized", "denied", "authentication required")):
-        raise EnvironmentProblem(f"{image} is not in the local Docker engine and registry {host} "
-                                 f"refuses to serve it: {err[-200:]} (fix: docker login {host})")
-    raise EnvironmentProblem(f"{image} is not in the local Docker engine and registry {host} cannot "
-                             f"be reached: {err[-200:]} (fix: check that the registry runs and is "
-                             f"reachable from this machine, or docker load the image)")
+        raise EnvironmentProblem(
+            f"{image} is not in the local Docker engine and registry {host} "
+            f"refuses to serve it: {err[-200:]} (fix: docker login {host})"
+        )
+    raise EnvironmentProblem(
+        f"{image} is not in the local Docker engine and registry {host} cannot "
+        f"be reached: {err[-200:]} (fix: check that the registry runs and is "
+        f"reachable from this machine, or docker load the image)"
+    )
 
 
 GPU_UNAVAILABLE = ("could not select device driver", "nvidia-container-cli", "nvml error")
@@ -91,21 +107,24 @@ def run_checks(image: str, gpu: bool = False, timeout: float = 900) -> TestRepor
     try:
         from testcontainers.core.container import DockerContainer
     except ImportError as exc:  # pragma: no cover - a dependency
-        raise EnvironmentProblem(f"testcontainers is not installed ({exc}); pip install -r requirements.txt") from exc
+        raise EnvironmentProblem(
+            f"testcontainers is not installed ({exc}); pip install -r requirements.txt"
+        ) from exc
     import docker
     import requests
 
     from . import engine
 
-    ensure_local(image)      # testcontainers would pull a missing image (from docker.io)
+    ensure_local(image)  # testcontainers would pull a missing image (from docker.io)
     cmd = ["python", CHECKS, "--json"] + (["--gpu"] if gpu else [])
     try:
         container = DockerContainer(image).with_command(cmd)
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise engine.unreachable(str(exc)) or EnvironmentProblem(f"docker does not answer: {exc}") from None
     if gpu:
-        container = container.with_kwargs(device_requests=[
-            docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], shm_size="2g")
+        container = container.with_kwargs(
+            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], shm_size="2g"
+        )
     try:
         try:
             container.start()
@@ -128,9 +147,12 @@ def run_checks(image: str, gpu: bool = False, timeout: float = 900) -> TestRepor
                     f"--gpu: Docker cannot give the container a GPU on this host ({reason[-160:]}) (fix: "
                     "on a GPU host install the NVIDIA driver and the NVIDIA Container Toolkit, run "
                     "`nvidia-ctk runtime configure --runtime=docker` and restart dockerd; or run "
-                    "without --gpu)") from None
+                    "without --gpu)"
+                ) from None
             if isinstance(exc, docker.errors.ImageNotFound):
-                raise EnvironmentProblem(f"image {image} not found locally (build it first, or pull it)") from None
+                raise EnvironmentProblem(
+                    f"image {image} not found locally (build it first, or pull it)"
+                ) from None
             raise EnvironmentProblem(f"cannot start a container of {image}: {reason[-400:]}") from None
         wrapped = container.get_wrapped_container()
         status = wrapped.wait(timeout=timeout)

@@ -9,6 +9,7 @@ current directory's ./manifests, because a project's manifests live with that pr
 with the tool (as a Makefile or a pyproject.toml does). mtpimage/data, schemas and templates
 are read with importlib.resources, the same way in both cases.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

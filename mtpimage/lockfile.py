@@ -9,6 +9,7 @@ Written atomically (tempfile in the same directory + os.replace), keys in a fixe
 no timestamps and nothing machine-specific, so `lock` twice with no upstream change gives
 the same bytes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,7 +62,7 @@ PATCH_PIN_KEYS = ("file", "repo", "base", "head", "paths", "sha256", "strip")
 
 def patch_pin(p) -> dict:
     """A patch's pin: its commits (and paths) or its local file, its sha256 and strip level."""
-    d: dict[str, Any] = ({"repo": p.repo, "base": p.base, "head": p.head} if p.repo else {"file": p.file})
+    d: dict[str, Any] = {"repo": p.repo, "base": p.base, "head": p.head} if p.repo else {"file": p.file}
     if p.repo and p.paths:
         d["paths"] = list(p.paths)
     d.update(sha256=p.sha256, strip=p.strip)
@@ -102,8 +103,9 @@ _Dumper.add_representer(str, _str)
 
 
 def dumps(doc: dict) -> str:
-    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=False, width=100)
+    body = yaml.dump(
+        doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=False, width=100
+    )
     return HEADER + body
 
 
@@ -137,11 +139,16 @@ def read(path: Path) -> dict | None:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise InputError(str(path.name), None, f"lock file does not parse: {exc}",
-                         "regenerate it with `python build.py lock`") from None
+        raise InputError(
+            str(path.name),
+            None,
+            f"lock file does not parse: {exc}",
+            "regenerate it with `python build.py lock`",
+        ) from None
     if not isinstance(doc, dict) or doc.get("schema") != LOCK_SCHEMA:
-        raise InputError(path.name, "schema", f"not a {LOCK_SCHEMA} lock file",
-                         "regenerate it with `python build.py lock`")
+        raise InputError(
+            path.name, "schema", f"not a {LOCK_SCHEMA} lock file", "regenerate it with `python build.py lock`"
+        )
     return doc
 
 
@@ -152,17 +159,26 @@ def changed_files(old: dict | None, new: dict) -> list[str]:
     if not old:
         return []
     out = []
-    pairs = [(f"component {k}", (old.get("components") or {}).get(k), v)
-             for k, v in (new.get("components") or {}).items()]
+    pairs = [
+        (f"component {k}", (old.get("components") or {}).get(k), v)
+        for k, v in (new.get("components") or {}).items()
+    ]
     for key, nset in (new.get("python_sets") or {}).items():
         oset = (old.get("python_sets") or {}).get(key) or {}
-        pairs += [(f"package {k}", (oset.get("packages") or {}).get(k), v)
-                  for k, v in (nset.get("packages") or {}).items()]
+        pairs += [
+            (f"package {k}", (oset.get("packages") or {}).get(k), v)
+            for k, v in (nset.get("packages") or {}).items()
+        ]
     for what, o, n in pairs:
         if not isinstance(o, dict) or not isinstance(n, dict):
             continue
-        if o.get("sha256") and n.get("sha256") and o.get("file") == n.get("file") \
-                and o.get("version") == n.get("version") and o["sha256"] != n["sha256"]:
+        if (
+            o.get("sha256")
+            and n.get("sha256")
+            and o.get("file") == n.get("file")
+            and o.get("version") == n.get("version")
+            and o["sha256"] != n["sha256"]
+        ):
             out.append(f"{what}: {n.get('file')} has sha256 {n['sha256']}, lock.yaml says {o['sha256']}")
     return out
 
@@ -172,8 +188,10 @@ def changed_files(old: dict | None, new: dict) -> list[str]:
 
 def _fix(name: str | None = None) -> str:
     up = f" (or `lock --upgrade {name}`)" if name else ""
-    return (f"run `python build.py lock`{up} and commit manifests/lock.yaml, "
-            "or build with --no-frozen to try unlocked pins")
+    return (
+        f"run `python build.py lock`{up} and commit manifests/lock.yaml, "
+        "or build with --no-frozen to try unlocked pins"
+    )
 
 
 def _diff(a: dict, b: dict) -> list[str]:
@@ -188,63 +206,97 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
     if lock is None:
         lock = read(lock_path(root))
     if lock is None:
-        raise InputError(where, None, "no lock file; --frozen needs one",
-                         "run `python build.py lock` and commit manifests/lock.yaml, or pass --no-frozen")
+        raise InputError(
+            where,
+            None,
+            "no lock file; --frozen needs one",
+            "run `python build.py lock` and commit manifests/lock.yaml, or pass --no-frozen",
+        )
     profiles = lock.get("profiles") or {}
     if plan.profile not in profiles:
-        raise InputError(where, f"profiles.{plan.profile}", f"profile {plan.profile} is not locked",
-                         f"run `python build.py lock --profile {plan.profile}`")
+        raise InputError(
+            where,
+            f"profiles.{plan.profile}",
+            f"profile {plan.profile} is not locked",
+            f"run `python build.py lock --profile {plan.profile}`",
+        )
     entries = lock.get("components") or {}
     locked_names = set(profiles[plan.profile].get("components") or [])
     plan_names = {c.name for c in plan.components}
     if locked_names != plan_names:
         added, removed = sorted(plan_names - locked_names), sorted(locked_names - plan_names)
-        raise InputError(where, f"profiles.{plan.profile}.components",
-                         f"stack changed since the lock (added: {', '.join(added) or '-'}; "
-                         f"removed: {', '.join(removed) or '-'})", _fix())
+        raise InputError(
+            where,
+            f"profiles.{plan.profile}.components",
+            f"stack changed since the lock (added: {', '.join(added) or '-'}; "
+            f"removed: {', '.join(removed) or '-'})",
+            _fix(),
+        )
     for c in plan.components:
         entry = entries.get(c.name)
         if entry is None:
             raise InputError(where, f"components.{c.name}", f"component {c.name} is not locked", _fix())
         want = component_pin(c)
         have = {k: entry.get(k) for k in want}
-        have.update({k: entry[k] for k in ("repo", "ref", "commit", "version", "index", "subdir", "extras")
-                     if k in entry and k not in want})
+        have.update(
+            {
+                k: entry[k]
+                for k in ("repo", "ref", "commit", "version", "index", "subdir", "extras")
+                if k in entry and k not in want
+            }
+        )
         diffs = _diff(want, have)
         if diffs:
-            raise InputError(where, f"components.{c.name}",
-                             f"component {c.name} drifted: {'; '.join(diffs)}", _fix(c.name))
+            raise InputError(
+                where, f"components.{c.name}", f"component {c.name} drifted: {'; '.join(diffs)}", _fix(c.name)
+            )
         lp = [{k: p[k] for k in PATCH_PIN_KEYS if k in p} for p in entry.get("patches") or []]
         mp = [patch_pin(p) for p in c.patches]
         if lp != mp:
-            what = (f"{len(mp)} patch(es) in manifests, {len(lp)} in lock.yaml" if len(lp) != len(mp) else
-                    "; ".join(f"patch {i} {d}" for i, (a, b) in enumerate(zip(mp, lp)) for d in _diff(a, b)))
-            raise InputError(where, f"components.{c.name}.patches",
-                             f"component {c.name} drifted: {what}", _fix(c.name))
+            what = (
+                f"{len(mp)} patch(es) in manifests, {len(lp)} in lock.yaml"
+                if len(lp) != len(mp)
+                else "; ".join(f"patch {i} {d}" for i, (a, b) in enumerate(zip(mp, lp)) for d in _diff(a, b))
+            )
+            raise InputError(
+                where, f"components.{c.name}.patches", f"component {c.name} drifted: {what}", _fix(c.name)
+            )
     pkgs = lock.get("packages") or {}
     for p in plan.packages:
         entry = pkgs.get(p.name)
         if entry is None:
             raise InputError(where, f"packages.{p.name}", f"package {p.name} is not locked", _fix())
-        diffs = _diff(package_pin(p), {k: entry.get(k) for k in package_pin(p)} |
-                      ({"extras": entry["extras"]} if "extras" in entry else {}))
+        diffs = _diff(
+            package_pin(p),
+            {k: entry.get(k) for k in package_pin(p)}
+            | ({"extras": entry["extras"]} if "extras" in entry else {}),
+        )
         if diffs:
-            raise InputError(where, f"packages.{p.name}", f"package {p.name} drifted: {'; '.join(diffs)}",
-                             _fix())
+            raise InputError(
+                where, f"packages.{p.name}", f"package {p.name} drifted: {'; '.join(diffs)}", _fix()
+            )
     # A substitution (substitute.py) is not drift: it is recorded in the plan and the image.
     omitted = {d.split("==", 1)[0] for w, d in plan.substitutions if w == "omitted"}
     locked_pkgs = set(profiles[plan.profile].get("packages") or []) - omitted
     if locked_pkgs != {p.name for p in plan.packages}:
-        raise InputError(where, f"profiles.{plan.profile}.packages",
-                         "the profile's package list changed since the lock", _fix())
+        raise InputError(
+            where,
+            f"profiles.{plan.profile}.packages",
+            "the profile's package list changed since the lock",
+            _fix(),
+        )
     base = lock.get("base_image") or {}
     diffs = _diff(base_pin(plan), {k: base.get(k) for k in ("name", "tag", "digest")})
     if diffs and not any(w == "base_image" for w, _d in plan.substitutions):
         raise InputError(where, "base_image", f"base image drifted: {'; '.join(diffs)}", _fix())
     target = lock.get("target") or {}
     if str(target.get("python")) != plan.python:
-        raise InputError(where, "target.python",
-                         f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}", _fix())
+        raise InputError(
+            where,
+            "target.python",
+            f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}",
+            _fix(),
+        )
 
 
 def locked_requirements(manifests, plan: Plan) -> tuple:
@@ -261,15 +313,27 @@ def locked_requirements(manifests, plan: Plan) -> tuple:
         return ()
     key = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
     pyset = (lock.get("python_sets") or {}).get(key) or {}
-    if not pyset.get("resolved") or "layer" not in next(iter((pyset.get("packages") or {"": {}}).values()), {}):
+    if not pyset.get("resolved") or "layer" not in next(
+        iter((pyset.get("packages") or {"": {}}).values()), {}
+    ):
         return ()
     out = []
     for name, e in sorted((pyset.get("packages") or {}).items()):
         if str(e.get("source", "")).startswith("git"):
             continue
-        out.append((name, str(e["version"]), e["layer"], e.get("index", "pypi"), e.get("file", ""),
-                    e.get("sha256", "")))
+        out.append(
+            (
+                name,
+                str(e["version"]),
+                e["layer"],
+                e.get("index", "pypi"),
+                e.get("file", ""),
+                e.get("sha256", ""),
+            )
+        )
     for comp, reqs in sorted((pyset.get("build_requires") or {}).items()):
         for name, e in sorted(reqs.items()):
-            out.append((name, str(e["version"]), f"build:{comp}", "pypi", e.get("file", ""), e.get("sha256", "")))
+            out.append(
+                (name, str(e["version"]), f"build:{comp}", "pypi", e.get("file", ""), e.get("sha256", ""))
+            )
     return tuple(out)

@@ -7,6 +7,7 @@ anything that answered and said no (a commit missing upstream, a refused connect
 transfer cut off) fails the lock, and neither lock.yaml nor the source cache is changed.
 Two runs on one manifests directory serialise on a file lock (`exclusive`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,19 +26,22 @@ from .patches import as_files as patch_files
 from .plan import Component, Plan, build_plan
 from .probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
 
-BASE_UNVERIFIED = ("lock does not query container registries; the digest is kept as written "
-                   "in components.yaml (verify with `docker buildx imagetools inspect NAME:TAG`)")
+BASE_UNVERIFIED = (
+    "lock does not query container registries; the digest is kept as written "
+    "in components.yaml (verify with `docker buildx imagetools inspect NAME:TAG`)"
+)
 
 
 @dataclass
 class LockOutcome:
     """What a lock run did, for the command to print."""
-    written: bool                          # False: refused (--require-verified), nothing written
-    changed: bool = False                  # lock.yaml's bytes changed
-    moved: list[str] = field(default_factory=list)        # --upgrade: pins moved
+
+    written: bool  # False: refused (--require-verified), nothing written
+    changed: bool = False  # lock.yaml's bytes changed
+    moved: list[str] = field(default_factory=list)  # --upgrade: pins moved
     profiles: int = 0
     components: int = 0
-    packages: int = 0                      # Python packages resolved in this run
+    packages: int = 0  # Python packages resolved in this run
     resolve_seconds: float = 0.0
     elapsed: float = 0.0
     unverified: list[str] = field(default_factory=list)
@@ -54,17 +58,28 @@ def upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
         rp = manifest.resolve_profile(m, name)
         for cname, c in rp.components.items():
             if "commit" in rp.overridden.get(cname, []) and (target in ("*", cname)):
-                raise InputError(m.profiles[name].file, f"stack.overrides.{cname}.commit",
-                                 f"profile {name} overrides the commit of {cname}",
-                                 "edit that override by hand; --upgrade rewrites components.yaml only")
+                raise InputError(
+                    m.profiles[name].file,
+                    f"stack.overrides.{cname}.commit",
+                    f"profile {name} overrides the commit of {cname}",
+                    "edit that override by hand; --upgrade rewrites components.yaml only",
+                )
             comps.setdefault(cname, c)
     if target != "*":
         if target not in comps:
-            raise InputError("--upgrade", target, f"'{target}' is not a component of the locked profiles",
-                             f"use one of: {', '.join(sorted(comps))}")
+            raise InputError(
+                "--upgrade",
+                target,
+                f"'{target}' is not a component of the locked profiles",
+                f"use one of: {', '.join(sorted(comps))}",
+            )
         if comps[target]["source"] != "git":
-            raise InputError("--upgrade", target, f"{target} comes from PyPI, pinned by version",
-                             "edit its version in manifests/components.yaml")
+            raise InputError(
+                "--upgrade",
+                target,
+                f"{target} comes from PyPI, pinned by version",
+                "edit its version in manifests/components.yaml",
+            )
         comps = {target: comps[target]}
     cat_path = m.root / "components.yaml"
     text = cat_path.read_text(encoding="utf-8")
@@ -79,8 +94,12 @@ def upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
         loc = m.catalogue.where("components", cname, "commit")
         lineno = int(loc.rsplit(":", 1)[1]) - 1 if ":" in loc else -1
         if lineno < 0 or c.get("commit", "") not in lines[lineno]:
-            raise InputError(loc, f"components.{cname}.commit", "cannot find the commit line to rewrite",
-                             "set the commit by hand")
+            raise InputError(
+                loc,
+                f"components.{cname}.commit",
+                "cannot find the commit line to rewrite",
+                "set the commit by hand",
+            )
         lines[lineno] = lines[lineno].replace(c["commit"], new, 1)
         note = f"{cname}: {c['ref']} {c['commit'][:12]} -> {new[:12]}"
         if c.get("version"):
@@ -116,7 +135,7 @@ class Locker:
     def component_entry(self, plan: Plan, c) -> dict:
         self.ss.indexes = dict(plan.indexes)
         entry = lockfile.component_pin(c)
-        tree = self.ss.tree(c)        # raises GitError on anything but "offline"
+        tree = self.ss.tree(c)  # raises GitError on anything but "offline"
         if tree is None:
             reason = self.ss.unavailable.get(c.name, "not fetched")
             entry.update(verified=False, reason=reason)
@@ -142,7 +161,9 @@ class Locker:
                 with patch_files(c.name, (p,), self.m.root, where) as [(path, _strip)]:
                     if tree is None:
                         pe.update(applies=None, verified=False, reason="source not available to apply it to")
-                        self.unverified.append(f"{c.name}: patch {p.describe()}: not checked (source unavailable)")
+                        self.unverified.append(
+                            f"{c.name}: patch {p.describe()}: not checked (source unavailable)"
+                        )
                         patches.append(pe)
                         continue
                     if c.source == "git":
@@ -150,7 +171,9 @@ class Locker:
                         pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
                     else:
                         ok, err = patch_dry_run(tree, path, p.strip)
-                        pe["checked_with"] = f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
+                        pe["checked_with"] = (
+                            f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
+                        )
             except PatchUnavailable as exc:
                 if not exc.offline:
                     raise
@@ -179,36 +202,51 @@ class Locker:
         tree = self.ss.trees.get(c.name)
         if tree is None:
             reason = self.ss.unavailable.get(c.name, "not fetched")
-            raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
-                               f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
-                               "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
-                               "metadata and never guesses it)")
+            raise BuilderError(
+                f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
+                f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
+                "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
+                "metadata and never guesses it)"
+            )
         try:
-            meta = srcmeta.read(tree)           # SourceSet trees already point into subdir
+            meta = srcmeta.read(tree)  # SourceSet trees already point into subdir
         except srcmeta.MetadataUnreadable as exc:
-            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}",
-                             f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",
-                             "set dependencies.declared: false and list its runtime needs in "
-                             "dependencies.add") from None
+            raise InputError(
+                self.m.catalogue.where("components", c.name),
+                f"components.{c.name}",
+                f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",
+                "set dependencies.declared: false and list its runtime needs in dependencies.add",
+            ) from None
         if pydeps.canonical(meta.name) != pydeps.canonical(c.package):
-            raise InputError(self.m.catalogue.where("components", c.name), f"components.{c.name}.package",
-                             f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
-                             f"set package: {meta.name}")
+            raise InputError(
+                self.m.catalogue.where("components", c.name),
+                f"components.{c.name}.package",
+                f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
+                f"set package: {meta.name}",
+            )
         from packaging.version import InvalidVersion, Version
+
         try:
             same = Version(c.version or "0") == Version(meta.version)
         except InvalidVersion:
             same = c.version == meta.version
         if c.version and not same:
-            raise InputError(self.m.catalogue.where("components", c.name, "version"),
-                             f"components.{c.name}.version",
-                             f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
-                             f"{meta.version} ({meta.where})", f"set version: {meta.version}")
+            raise InputError(
+                self.m.catalogue.where("components", c.name, "version"),
+                f"components.{c.name}.version",
+                f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
+                f"{meta.version} ({meta.where})",
+                f"set version: {meta.version}",
+            )
         requires = list(meta.requires) if c.deps_declared else []
         requires += list(c.deps_add)
         extras = {k: list(v) for k, v in meta.extras.items()} if c.deps_declared else {}
-        return meta.version, {"version": meta.version, "requires": requires, "extras": extras,
-                              "declared": list(meta.requires)}
+        return meta.version, {
+            "version": meta.version,
+            "requires": requires,
+            "extras": extras,
+            "declared": list(meta.requires),
+        }
 
     def python_set(self, plan: Plan) -> str:
         indexes = dict(plan.indexes)
@@ -216,26 +254,33 @@ class Locker:
         used.add("pypi")
         reach: dict[str, str | None] = {}
         for name in sorted(used):
-            probe = next((p.name for p in plan.packages if p.index == name), None) or \
-                next((c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip")
+            probe = next((p.name for p in plan.packages if p.index == name), None) or next(
+                (c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip"
+            )
             reach[name] = pydeps.probe_index(indexes[name], probe)
         requirements: list[str] = []
         stubs: dict = {}
         unverified: dict[str, str] = {}
-        owner: dict[str, str] = {}          # canonical distribution -> component/package name
+        owner: dict[str, str] = {}  # canonical distribution -> component/package name
         versions: dict[str, str] = {}
         for p in plan.packages:
             requirements.append(p.requirement)
             owner[pydeps.canonical(p.name)] = p.name
             if reach[p.index]:
                 if p.requires_dist is None:
-                    raise InputError(self.m.catalogue.where("packages", p.name), f"packages.{p.name}",
-                                     f"index {p.index} is unreachable ({reach[p.index]}) and the package "
-                                     "has no requires_dist", "add requires_dist (requires + source) from "
-                                     "where its metadata is recorded, or lock where the index answers")
+                    raise InputError(
+                        self.m.catalogue.where("packages", p.name),
+                        f"packages.{p.name}",
+                        f"index {p.index} is unreachable ({reach[p.index]}) and the package "
+                        "has no requires_dist",
+                        "add requires_dist (requires + source) from "
+                        "where its metadata is recorded, or lock where the index answers",
+                    )
                 stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist)}
-                unverified[p.name] = (f"index {p.index} ({indexes[p.index]}) unreachable: no file or sha256; "
-                                      "Requires-Dist from components.yaml requires_dist")
+                unverified[p.name] = (
+                    f"index {p.index} ({indexes[p.index]}) unreachable: no file or sha256; "
+                    "Requires-Dist from components.yaml requires_dist"
+                )
         for c in plan.components:
             extras = f"[{','.join(c.extras)}]" if c.extras else ""
             owner[pydeps.canonical(c.package)] = c.name
@@ -243,8 +288,9 @@ class Locker:
                 requirements.append(f"{c.package}{extras}=={c.version}")
                 if reach[c.index]:
                     stubs[c.package] = {"version": c.version, "requires": []}
-                    unverified[c.package] = (f"index {c.index} unreachable ({reach[c.index]}): no file, "
-                                             "sha256 or dependencies")
+                    unverified[c.package] = (
+                        f"index {c.index} unreachable ({reach[c.index]}): no file, sha256 or dependencies"
+                    )
                 continue
             version, stub = self._stub_for(plan, c)
             versions[c.package] = version
@@ -252,31 +298,44 @@ class Locker:
             stubs[c.package] = stub
         # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
         # alone still resolves (offline, --no-index); anything that needs the index fails there.
-        reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + \
-            [indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]]
+        reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + [
+            indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]
+        ]
         if reach["pypi"]:
             self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
         overrides = [o[0] for o in plan.overrides]
         excludes = [e[0] for e in plan.excludes]
         stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in stubs.items()}
-        key = lockfile.set_key(requirements, {n: indexes[n] for n in sorted(used)},
-                               {"stubs": stub_key, "overrides": overrides, "excludes": excludes})
+        key = lockfile.set_key(
+            requirements,
+            {n: indexes[n] for n in sorted(used)},
+            {"stubs": stub_key, "overrides": overrides, "excludes": excludes},
+        )
         if key in self.sets:
             return key
-        doc: dict = {"requirements": sorted(requirements),
-                     "indexes": {n: ({"url": indexes[n], "verified": True} if not reach[n] else
-                                     {"url": indexes[n], "verified": False, "reason": reach[n]})
-                                 for n in sorted(used)},
-                     "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
-                     "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes]}
+        doc: dict = {
+            "requirements": sorted(requirements),
+            "indexes": {
+                n: (
+                    {"url": indexes[n], "verified": True}
+                    if not reach[n]
+                    else {"url": indexes[n], "verified": False, "reason": reach[n]}
+                )
+                for n in sorted(used)
+            },
+            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+            "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
+        }
         t0 = time.monotonic()
         try:
             res = resolver.resolve(requirements, stubs, overrides, excludes, reachable, plan.python)
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0
             doc.update(resolved=False, error=str(exc), packages={})
-            self.failures.append(f"python set {key} ({plan.profile}): the stack does not resolve: {exc} "
-                                 "(fix: an override or exclude in components.yaml `resolution`, with why and link)")
+            self.failures.append(
+                f"python set {key} ({plan.profile}): the stack does not resolve: {exc} "
+                "(fix: an override or exclude in components.yaml `resolution`, with why and link)"
+            )
             self.sets[key] = doc
             return key
         # layers: the plan's own layers, members first
@@ -305,8 +364,11 @@ class Locker:
         files: dict[str, dict] = {}
         for idx, pins in sorted(pins_by_index.items()):
             try:
-                files.update(resolver.select_files(pins, indexes[idx], plan.python,
-                                                   {pydeps.canonical(n) for n, _w in plan.sdists}))
+                files.update(
+                    resolver.select_files(
+                        pins, indexes[idx], plan.python, {pydeps.canonical(n) for n, _w in plan.sdists}
+                    )
+                )
             except resolver.ResolutionFailed as exc:
                 self.failures.append(f"python set {key} ({plan.profile}): {exc}")
                 doc.update(resolved=False, error=str(exc), packages={})
@@ -323,8 +385,11 @@ class Locker:
                 if not comp.deps_declared:
                     e["declared_dependencies"] = "not installed (dependencies.declared: false)"
             elif entry["stub"]:
-                e.update(index=plan.package(owner[name]).index, verified=False,
-                         reason=unverified.get(owner[name], "stub"))
+                e.update(
+                    index=plan.package(owner[name]).index,
+                    verified=False,
+                    reason=unverified.get(owner[name], "stub"),
+                )
             else:
                 e.update(index=index_of[name], **files[name])
             e["via"] = entry["via"]
@@ -332,9 +397,14 @@ class Locker:
         doc.update(resolved=True, packages=dict(sorted(packages.items())))
         # what stood in for the sources and the unreachable packages: enough to re-run this
         # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
-        doc["stubs"] = {n: {"version": v["version"], "requires": list(v.get("requires") or []),
-                            **({"extras": v["extras"]} if v.get("extras") else {})}
-                        for n, v in sorted(stubs.items())}
+        doc["stubs"] = {
+            n: {
+                "version": v["version"],
+                "requires": list(v.get("requires") or []),
+                **({"extras": v["extras"]} if v.get("extras") else {}),
+            }
+            for n, v in sorted(stubs.items())
+        }
         build_sets = {}
         for c in plan.components:
             if c.source == "git" and c.build_requires:
@@ -343,9 +413,12 @@ class Locker:
                 except resolver.ResolutionFailed as exc:
                     self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
                     continue
-                bfiles = resolver.select_files({n: e["version"] for n, e in br.packages.items()},
-                                               indexes["pypi"], plan.python)
-                build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+                bfiles = resolver.select_files(
+                    {n: e["version"] for n, e in br.packages.items()}, indexes["pypi"], plan.python
+                )
+                build_sets[c.name] = {
+                    n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()
+                }
         doc["build_requires"] = build_sets
         doc["unverified"] = dict(sorted(unverified.items()))
         for name, why in sorted(unverified.items()):
@@ -375,22 +448,29 @@ def exclusive(manifests_root: Path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            print(f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}",
+                file=sys.stderr,
+                flush=True,
+            )
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        os.close(fd)          # releases the flock
+        os.close(fd)  # releases the flock
 
 
-def lock(m: manifest.Manifests, only: str | None = None, upgrade_target: str | None = None,
-         require_verified: bool = False) -> LockOutcome:
+def lock(
+    m: manifest.Manifests,
+    only: str | None = None,
+    upgrade_target: str | None = None,
+    require_verified: bool = False,
+) -> LockOutcome:
     """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive()."""
     names = [only] if only else m.names()
     for n in names:
-        manifest.resolve_profile(m, n)          # unknown profile -> InputError before any network
+        manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
     moved = []
     if upgrade_target:
         moved = upgrade(m, names, upgrade_target)
@@ -411,13 +491,16 @@ def lock(m: manifest.Manifests, only: str | None = None, upgrade_target: str | N
         for c in plan.components:
             pin = {**lockfile.component_pin(c), "patches": [lockfile.patch_pin(p) for p in c.patches]}
             if c.name in pins and pins[c.name][1] != pin:
-                raise InputError(m.profiles[plan.profile].file, f"components.{c.name}",
-                                 f"profiles {pins[c.name][0]} and {plan.profile} pin {c.name} differently",
-                                 "one lock.yaml holds one pin per component: give the variant its own name")
+                raise InputError(
+                    m.profiles[plan.profile].file,
+                    f"components.{c.name}",
+                    f"profiles {pins[c.name][0]} and {plan.profile} pin {c.name} differently",
+                    "one lock.yaml holds one pin per component: give the variant its own name",
+                )
             pins[c.name] = (plan.profile, pin)
     try:
         done: set[str] = set()
-        for plan in plans:                      # every source first, so each profile sees all trees
+        for plan in plans:  # every source first, so each profile sees all trees
             for c in plan.components:
                 if c.name not in done:
                     components[c.name] = locker.component_entry(plan, c)
@@ -435,8 +518,11 @@ def lock(m: manifest.Manifests, only: str | None = None, upgrade_target: str | N
                 "components": sorted(c.name for c in plan.components),
                 "packages": sorted(p.name for p in plan.packages),
                 "python_set": key,
-                "probes": {rid: {"status": probes[rid].status, "detail": probes[rid].detail}
-                           for rid in PROBED_RULES if rid in probes},
+                "probes": {
+                    rid: {"status": probes[rid].status, "detail": probes[rid].detail}
+                    for rid in PROBED_RULES
+                    if rid in probes
+                },
             }
     except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
         raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: {exc.one_line()}") from None
@@ -448,29 +534,43 @@ def lock(m: manifest.Manifests, only: str | None = None, upgrade_target: str | N
     base.update(verified=False, reason=BASE_UNVERIFIED)
     doc = {
         "schema": lockfile.LOCK_SCHEMA,
-        "target": {"python": plans[0].python, "platform": pydeps.PLATFORM,
-                   "implementation": pydeps.IMPLEMENTATION},
+        "target": {
+            "python": plans[0].python,
+            "platform": pydeps.PLATFORM,
+            "implementation": pydeps.IMPLEMENTATION,
+        },
         "base_image": base,
         "components": {k: components[k] for k in sorted(components) if k in used_components},
         "packages": {k: packages[k] for k in sorted(packages) if k in used_packages},
         "profiles": {k: profiles[k] for k in sorted(profiles)},
         "python_sets": {k: sets[k] for k in sorted(sets) if k in live},
     }
-    locker.unverified.insert(0, f"base image {base['name']}:{base['tag']}: digest not checked ({BASE_UNVERIFIED.split(';')[0]})")
-    outcome = LockOutcome(written=False, moved=moved, profiles=len(plans), components=len(doc["components"]),
-                          unverified=locker.unverified, failures=locker.failures)
+    locker.unverified.insert(
+        0, f"base image {base['name']}:{base['tag']}: digest not checked ({BASE_UNVERIFIED.split(';')[0]})"
+    )
+    outcome = LockOutcome(
+        written=False,
+        moved=moved,
+        profiles=len(plans),
+        components=len(doc["components"]),
+        unverified=locker.unverified,
+        failures=locker.failures,
+    )
     if require_verified and len(locker.unverified) > 0:
         return outcome
     tampered = lockfile.changed_files(lockfile.read(path), doc)
     if tampered:
-        raise BuilderError("refusing a downloaded file whose sha256 differs from the lock, "
-                           f"lock.yaml left unchanged: {'; '.join(tampered)} (fix: clear the cache "
-                           "entry and lock again; if the index really changed the file, review it and "
-                           "remove its entry from lock.yaml)")
+        raise BuilderError(
+            "refusing a downloaded file whose sha256 differs from the lock, "
+            f"lock.yaml left unchanged: {'; '.join(tampered)} (fix: clear the cache "
+            "entry and lock again; if the index really changed the file, review it and "
+            "remove its entry from lock.yaml)"
+        )
     outcome.changed = lockfile.write(path, doc)
     outcome.written = True
     outcome.elapsed = time.monotonic() - t0
     outcome.resolve_seconds = locker.resolve_seconds
-    outcome.packages = sum(len(s.get("packages") or {}) for k, s in doc["python_sets"].items()
-                           if k in locker.sets)
+    outcome.packages = sum(
+        len(s.get("packages") or {}) for k, s in doc["python_sets"].items() if k in locker.sets
+    )
     return outcome

@@ -3,6 +3,7 @@
 Output is plain, validated data (`Catalogue`, `ResolvedProfile`); turning it into
 a Plan is plan.py's job. Every error is an InputError naming file:line and key.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,10 +35,10 @@ class Catalogue:
 class ResolvedProfile:
     name: str
     file: str
-    data: dict                       # merged, validated, defaults applied
-    components: dict[str, dict]      # name -> catalogue entry with overrides applied
+    data: dict  # merged, validated, defaults applied
+    components: dict[str, dict]  # name -> catalogue entry with overrides applied
     packages: dict[str, dict]
-    chain: list[str] = field(default_factory=list)   # leaf first
+    chain: list[str] = field(default_factory=list)  # leaf first
     overridden: dict[str, list[str]] = field(default_factory=dict)  # name -> fields changed
 
 
@@ -45,11 +46,12 @@ class ResolvedProfile:
 class Manifests:
     root: Path
     catalogue: Catalogue
-    profiles: dict[str, SourceDoc]    # name -> raw (partially validated) doc
+    profiles: dict[str, SourceDoc]  # name -> raw (partially validated) doc
 
     def names(self, include_abstract: bool = False) -> list[str]:
-        return sorted(n for n, d in self.profiles.items()
-                      if include_abstract or not d.data.get("abstract", False))
+        return sorted(
+            n for n, d in self.profiles.items() if include_abstract or not d.data.get("abstract", False)
+        )
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -69,17 +71,27 @@ def load_catalogue(root: Path) -> Catalogue:
     for section in ("packages", "components"):
         for name, entry in data[section].items():
             if entry["layer"] not in layers:
-                raise InputError(doc.where((section, name, "layer")), f"{section}.{name}.layer",
-                                 f"unknown layer '{entry['layer']}'",
-                                 f"use one of: {', '.join(layers)}")
+                raise InputError(
+                    doc.where((section, name, "layer")),
+                    f"{section}.{name}.layer",
+                    f"unknown layer '{entry['layer']}'",
+                    f"use one of: {', '.join(layers)}",
+                )
             index = entry.get("index", "pypi")
             if index not in data["indexes"]:
-                raise InputError(doc.where((section, name, "index")), f"{section}.{name}.index",
-                                 f"unknown index '{index}'",
-                                 f"define it under indexes or use one of: {', '.join(data['indexes'])}")
+                raise InputError(
+                    doc.where((section, name, "index")),
+                    f"{section}.{name}.index",
+                    f"unknown index '{index}'",
+                    f"define it under indexes or use one of: {', '.join(data['indexes'])}",
+                )
     for name in set(data["packages"]) & set(data["components"]):
-        raise InputError(doc.where(("components", name)), f"components.{name}",
-                         "a package of the same name exists", "rename one of the two")
+        raise InputError(
+            doc.where(("components", name)),
+            f"components.{name}",
+            "a package of the same name exists",
+            "rename one of the two",
+        )
     cat = Catalogue(root, doc, data)
     for name, comp in data["components"].items():
         check_patches(cat, name, comp.get("patches", []))
@@ -95,45 +107,72 @@ def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | N
     manifests/ that hashes to its declared sha256 (a site's own fix). Nothing is fetched here."""
     root = cat.root.resolve()
     for i, patch in enumerate(patches):
+
         def loc(field: str, i: int = i) -> str:
             return where or cat.where("components", comp, "patches", i, field)
+
         key = f"components.{comp}.patches[{i}]"
         if "file" not in patch:
             missing = [f for f in REF_FIELDS if f not in patch]
             if missing:
-                raise InputError(loc(next((f for f in REF_FIELDS if f in patch), "sha256")),
-                                 f"{key}.{missing[0]}", f"missing required key '{missing[0]}'",
-                                 "name the fix by its commits: repo, base (where it branched off, "
-                                 "git merge-base) and head (its last commit); or give file: for a "
-                                 "site's own patch under manifests/patches/")
+                raise InputError(
+                    loc(next((f for f in REF_FIELDS if f in patch), "sha256")),
+                    f"{key}.{missing[0]}",
+                    f"missing required key '{missing[0]}'",
+                    "name the fix by its commits: repo, base (where it branched off, "
+                    "git merge-base) and head (its last commit); or give file: for a "
+                    "site's own patch under manifests/patches/",
+                )
             if patch["base"] == patch["head"]:
-                raise InputError(loc("head"), f"{key}.head", "base and head are the same commit: the diff is empty",
-                                 "set base to where the fix branched off (git merge-base) and head to its last commit")
+                raise InputError(
+                    loc("head"),
+                    f"{key}.head",
+                    "base and head are the same commit: the diff is empty",
+                    "set base to where the fix branched off (git merge-base) and head to its last commit",
+                )
             continue
         both = [f for f in REF_FIELDS + ("paths",) if f in patch]
         if both:
-            raise InputError(loc(both[0]), f"{key}.{both[0]}",
-                             "a patch is either a local file or a reference (repo, base, head), not both",
-                             "remove file to pin the fix by its commits, or remove the reference keys")
+            raise InputError(
+                loc(both[0]),
+                f"{key}.{both[0]}",
+                "a patch is either a local file or a reference (repo, base, head), not both",
+                "remove file to pin the fix by its commits, or remove the reference keys",
+            )
         path = (root / patch["file"]).resolve()
         if root not in path.parents:
-            raise InputError(loc("file"), f"{key}.file", f"patch path {patch['file']!r} leaves manifests/",
-                             "keep a site's own patch under manifests/patches/")
+            raise InputError(
+                loc("file"),
+                f"{key}.file",
+                f"patch path {patch['file']!r} leaves manifests/",
+                "keep a site's own patch under manifests/patches/",
+            )
         if not path.is_file():
-            raise InputError(loc("file"), f"{key}.file", f"patch file {patch['file']!r} not found",
-                             "keep a site's own patch under manifests/patches/ or fix the path")
+            raise InputError(
+                loc("file"),
+                f"{key}.file",
+                f"patch file {patch['file']!r} not found",
+                "keep a site's own patch under manifests/patches/ or fix the path",
+            )
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != patch["sha256"]:
-            raise InputError(loc("sha256"), f"{key}.sha256",
-                             f"sha256 of {patch['file']} is {digest}, manifest says {patch['sha256']}",
-                             "review the file and update the sha256, or pin the fix by its commits (repo, base, head)")
+            raise InputError(
+                loc("sha256"),
+                f"{key}.sha256",
+                f"sha256 of {patch['file']} is {digest}, manifest says {patch['sha256']}",
+                "review the file and update the sha256, or pin the fix by its commits (repo, base, head)",
+            )
 
 
 def load(root: Path | None = None) -> Manifests:
     root = Path(root or DEFAULT_MANIFESTS)
     if not root.is_dir():
-        raise InputError(str(root), None, "manifests directory not found",
-                         "run where manifests/ is (a checkout's root) or pass --manifests DIR")
+        raise InputError(
+            str(root),
+            None,
+            "manifests directory not found",
+            "run where manifests/ is (a checkout's root) or pass --manifests DIR",
+        )
     catalogue = load_catalogue(root)
     profiles: dict[str, SourceDoc] = {}
     pdir = root / "profiles"
@@ -147,9 +186,12 @@ def load(root: Path | None = None) -> Manifests:
                 raise InputError(doc.where(), key, f"missing required key '{key}'", f"add '{key}'")
         name = doc.data["name"]
         if name in profiles:
-            raise InputError(doc.where(("name",)), "name",
-                             f"duplicate profile name '{name}' (also in {profiles[name].file})",
-                             "give each profile a unique name")
+            raise InputError(
+                doc.where(("name",)),
+                "name",
+                f"duplicate profile name '{name}' (also in {profiles[name].file})",
+                "give each profile a unique name",
+            )
         profiles[name] = doc
     if not profiles:
         raise InputError(_rel(pdir, root), None, "no profiles found", "add manifests/profiles/<name>.yaml")
@@ -165,14 +207,21 @@ def _chain(m: Manifests, name: str) -> list[SourceDoc]:
         if current in seen:
             cycle = " -> ".join(seen + [current])
             doc = m.profiles[seen[-1]]
-            raise InputError(doc.where(("extends",)), "extends",
-                             f"inheritance cycle: {cycle}", "make the chain end at a profile without 'extends'")
+            raise InputError(
+                doc.where(("extends",)),
+                "extends",
+                f"inheritance cycle: {cycle}",
+                "make the chain end at a profile without 'extends'",
+            )
         doc = m.profiles.get(current)
         if doc is None:
             child = m.profiles[seen[-1]]
-            raise InputError(child.where(("extends",)), "extends",
-                             f"parent profile '{current}' not found",
-                             f"use one of: {', '.join(m.names(include_abstract=True))}")
+            raise InputError(
+                child.where(("extends",)),
+                "extends",
+                f"parent profile '{current}' not found",
+                f"use one of: {', '.join(m.names(include_abstract=True))}",
+            )
         seen.append(current)
         docs.append(doc)
         current = doc.data.get("extends")
@@ -206,12 +255,20 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         target, eq, value = item.partition("=")
         comp, dot, fld = target.partition(".")
         if not eq or not dot or not comp or not fld:
-            raise InputError("--set", item, "expected COMPONENT.FIELD=VALUE",
-                             "for example --set megatron-lm.commit=<40-hex sha>")
+            raise InputError(
+                "--set",
+                item,
+                "expected COMPONENT.FIELD=VALUE",
+                "for example --set megatron-lm.commit=<40-hex sha>",
+            )
         if fld == "patches":
             if value.strip() not in ("", "[]"):
-                raise InputError("--set", target, "patches can only be cleared from the command line",
-                                 "use --set NAME.patches= or edit manifests/")
+                raise InputError(
+                    "--set",
+                    target,
+                    "patches can only be cleared from the command line",
+                    "use --set NAME.patches= or edit manifests/",
+                )
             parsed: Any = []
         elif fld in ("extras", "build_requires"):
             parsed = [v for v in value.split(",") if v]
@@ -231,16 +288,20 @@ def _select(m: Manifests, stack: dict, where_of) -> tuple[dict, dict]:
         out = {}
         for item in stack[key]:
             if item not in cat[section]:
-                raise InputError(where_of(("stack", key)), f"stack.{key}",
-                                 f"unknown {section[:-1]} '{item}'",
-                                 f"use one of: {', '.join(sorted(cat[section]))}")
+                raise InputError(
+                    where_of(("stack", key)),
+                    f"stack.{key}",
+                    f"unknown {section[:-1]} '{item}'",
+                    f"use one of: {', '.join(sorted(cat[section]))}",
+                )
             out[item] = copy.deepcopy(cat[section][item])
         picked.append(out)
     return picked[0], picked[1]
 
 
-def _apply_overrides(m: Manifests, name: str, comps: dict, pkgs: dict, overrides: dict,
-                     where_of, overridden: dict) -> None:
+def _apply_overrides(
+    m: Manifests, name: str, comps: dict, pkgs: dict, overrides: dict, where_of, overridden: dict
+) -> None:
     """Apply {target: {field: value}} to the selected entries, in place, re-validating each."""
     for target, fields in overrides.items():
         loc = where_of(("stack", "overrides", target))
@@ -249,18 +310,22 @@ def _apply_overrides(m: Manifests, name: str, comps: dict, pkgs: dict, overrides
         elif target in pkgs:
             entries, kind = pkgs, "package"
         else:
-            raise InputError(loc, target, f"'{target}' is not in profile {name}'s stack",
-                             f"use one of: {', '.join(sorted(list(comps) + list(pkgs)))}")
+            raise InputError(
+                loc,
+                target,
+                f"'{target}' is not in profile {name}'s stack",
+                f"use one of: {', '.join(sorted(list(comps) + list(pkgs)))}",
+            )
         if not isinstance(fields, dict):
             raise InputError(loc, target, "expected a mapping of fields")
         entry = dict(entries[target])
         if kind == "component":
             if "commit" in fields and "version" not in fields:
-                entry.pop("version", None)   # the old version described the old commit
+                entry.pop("version", None)  # the old version described the old commit
             if "commit" in fields and "ref" not in fields:
                 entry["ref"] = "override"
             if ({"commit", "version", "source"} & set(fields)) and "note" not in fields:
-                entry.pop("note", None)      # notes describe the catalogue pin
+                entry.pop("note", None)  # notes describe the catalogue pin
             if fields.get("source") == "pypi":
                 for f in GIT_ONLY_FIELDS:
                     if f not in fields:
@@ -272,12 +337,20 @@ def _apply_overrides(m: Manifests, name: str, comps: dict, pkgs: dict, overrides
             check_patches(m.catalogue, target, validated["patches"], where=loc)
         layers = m.catalogue.data["layers"]
         if validated["layer"] not in layers:  # an unknown layer would drop it from the image
-            raise InputError(loc, f"{target}.layer", f"unknown layer '{validated['layer']}'",
-                             f"use one of: {', '.join(layers)}")
+            raise InputError(
+                loc,
+                f"{target}.layer",
+                f"unknown layer '{validated['layer']}'",
+                f"use one of: {', '.join(layers)}",
+            )
         index = validated.get("index", "pypi")
         if index not in m.catalogue.data["indexes"]:
-            raise InputError(loc, f"{target}.index", f"unknown index '{index}'",
-                             f"use one of: {', '.join(m.catalogue.data['indexes'])}")
+            raise InputError(
+                loc,
+                f"{target}.index",
+                f"unknown index '{index}'",
+                f"use one of: {', '.join(m.catalogue.data['indexes'])}",
+            )
         entries[target] = validated
 
 
@@ -287,8 +360,12 @@ def _validate_entry(entry: dict, kind: str, loc: str, target: str) -> dict:
 
 def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> ResolvedProfile:
     if name not in m.profiles:
-        raise InputError("--profile", name, f"unknown profile '{name}'",
-                         f"use one of: {', '.join(m.names())} (see `python build.py list`)")
+        raise InputError(
+            "--profile",
+            name,
+            f"unknown profile '{name}'",
+            f"use one of: {', '.join(m.names())} (see `python build.py list`)",
+        )
     docs = _chain(m, name)
     leaf = docs[0]
     origin: dict = {}
@@ -318,5 +395,4 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
     comps, pkgs = _select(m, data["stack"], where_of)
     _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden)
     _apply_overrides(m, name, comps, pkgs, parse_sets(sets or []), lambda p: "--set", overridden)
-    return ResolvedProfile(name, leaf.file, data, comps, pkgs,
-                           [d.data["name"] for d in docs], overridden)
+    return ResolvedProfile(name, leaf.file, data, comps, pkgs, [d.data["name"] for d in docs], overridden)

@@ -7,6 +7,7 @@ detach_encoder), whether it drafts tokens in rollout (enable_rollout), the train
 the in-image GPU check asserts, and the profile schema's list of valid modes. So adding a mode
 is one entry in verl.yaml (see docs/extending.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ def verl_facts() -> dict:
 @dataclass(frozen=True)
 class Mode:
     name: str
-    mtp_config: tuple[tuple[str, str], ...]   # MtpConfig (field, value), upstream's order
+    mtp_config: tuple[tuple[str, str], ...]  # MtpConfig (field, value), upstream's order
 
     def _on(self, field: str) -> bool:
         return dict(self.mtp_config).get(field) == "True"

@@ -11,6 +11,7 @@ Environment (read at each call, so a test or a CI step can change it):
     MTP_GIT_TIMEOUT       one git call, seconds (default 300)
 What is transient is the caller's to say (a refused push is not, a cut connection is).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,6 +47,10 @@ def retrying(transient: Callable[[BaseException], bool], before_sleep=None):
     # lazy: tenacity costs import time on runs that touch no network (a no-op build)
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-    return Retrying(stop=stop_after_attempt(attempts()),
-                    wait=wait_exponential(multiplier=WAIT_MULTIPLIER, max=wait_max()),
-                    retry=retry_if_exception(transient), before_sleep=before_sleep, reraise=True)
+    return Retrying(
+        stop=stop_after_attempt(attempts()),
+        wait=wait_exponential(multiplier=WAIT_MULTIPLIER, max=wait_max()),
+        retry=retry_if_exception(transient),
+        before_sleep=before_sleep,
+        reraise=True,
+    )

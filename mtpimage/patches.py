@@ -12,6 +12,7 @@ Rendering stays pure: the Plan records the pin and the Dockerfile names the file
 are made (and their sha256 checked) only where they are used: the build context
 (buildctx.py), `lock` (does it apply?) and the sglang source probe.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,13 +58,16 @@ class PatchUnavailable(EnvironmentProblem):
 
     def __init__(self, comp: str, index: int, p: Any, exc):
         self.offline = bool(getattr(exc, "offline", False))
-        self.reason = f"{p.repo} commit {getattr(exc, 'commit', None) or '?'}: git says: {exc.stderr or '(no message)'}"
+        self.reason = (
+            f"{p.repo} commit {getattr(exc, 'commit', None) or '?'}: git says: {exc.stderr or '(no message)'}"
+        )
         super().__init__(
             f"patch {index} of {comp} ({describe(p)}): cannot fetch {p.repo} commit "
             f"{getattr(exc, 'commit', None) or '?'} ({exc.what}): git says: {exc.stderr or '(no message)'} "
             f"(fix: check that base {p.base} and head {p.head} exist in {p.repo} (`git ls-remote {p.repo}`; "
             "a force-pushed fork branch loses its commits: pin commits that still exist, e.g. the merged "
-            "upstream PR's), or point git at a mirror with url.<mirror>.insteadOf)")
+            "upstream PR's), or point git at a mirror with url.<mirror>.insteadOf)"
+        )
 
 
 def origin(plan: Any, comp: str, manifests_root: Path | None) -> str:
@@ -83,6 +87,7 @@ def patch_bytes(comp: str, index: int, p: Any, manifests_root: Path | None, wher
     key = f"components.{comp}.patches[{index}]"
     if getattr(p, "repo", None):
         from . import sources
+
         try:
             data, files = sources.commit_diff(p.repo, p.base, p.head, tuple(p.paths))
         except sources.GitError as exc:
@@ -90,38 +95,57 @@ def patch_bytes(comp: str, index: int, p: Any, manifests_root: Path | None, wher
         short = f"{short_repo(p.repo)} {p.base[:8]}..{p.head[:8]}"
         for i, path in enumerate(p.paths):
             if path not in files:
-                raise InputError(where, f"{key}.paths[{i}]",
-                                 f"{path!r} is not changed between base and head of {short}",
-                                 "list only files the fix changes (`git diff --name-only BASE HEAD` in "
-                                 "a clone), or check base and head")
+                raise InputError(
+                    where,
+                    f"{key}.paths[{i}]",
+                    f"{path!r} is not changed between base and head of {short}",
+                    "list only files the fix changes (`git diff --name-only BASE HEAD` in "
+                    "a clone), or check base and head",
+                )
         if not data:
-            raise InputError(where, f"{key}.head", f"the diff {short} is empty",
-                             "set base to where the fix branched off (git merge-base) and head to its last commit")
+            raise InputError(
+                where,
+                f"{key}.head",
+                f"the diff {short} is empty",
+                "set base to where the fix branched off (git merge-base) and head to its last commit",
+            )
         digest = hashlib.sha256(data).hexdigest()
         if digest != p.sha256:
-            raise InputError(where, f"{key}.sha256",
-                             f"the diff {short} ({len(files)} file{'s' if len(files) != 1 else ''}) has sha256 "
-                             f"{digest}, the manifest pins {p.sha256}",
-                             f"review it (`{sources.diff_command(p.base[:12], p.head[:12], tuple(p.paths))}` "
-                             f"in a clone of {p.repo}); if it is the fix you want, set sha256: {digest}")
+            raise InputError(
+                where,
+                f"{key}.sha256",
+                f"the diff {short} ({len(files)} file{'s' if len(files) != 1 else ''}) has sha256 "
+                f"{digest}, the manifest pins {p.sha256}",
+                f"review it (`{sources.diff_command(p.base[:12], p.head[:12], tuple(p.paths))}` "
+                f"in a clone of {p.repo}); if it is the fix you want, set sha256: {digest}",
+            )
         return data
     root = Path(manifests_root or ".").resolve()
     path = (root / p.file).resolve()
     if root not in path.parents or not path.is_file():
-        raise InputError(where, f"{key}.file", f"patch file {p.file!r} not found under {root.name}/",
-                         "keep a site's own patch under manifests/patches/, or pin the fix by its commits")
+        raise InputError(
+            where,
+            f"{key}.file",
+            f"patch file {p.file!r} not found under {root.name}/",
+            "keep a site's own patch under manifests/patches/, or pin the fix by its commits",
+        )
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != p.sha256:
-        raise InputError(where, f"{key}.sha256",
-                         f"patch file {p.file} changed after the plan was made: sha256 {digest}, "
-                         f"the manifest pins {p.sha256}",
-                         "re-run; if it persists, review the file and update its sha256")
+        raise InputError(
+            where,
+            f"{key}.sha256",
+            f"patch file {p.file} changed after the plan was made: sha256 {digest}, "
+            f"the manifest pins {p.sha256}",
+            "re-run; if it persists, review the file and update its sha256",
+        )
     return data
 
 
 @contextlib.contextmanager
-def as_files(comp: str, patches: tuple, manifests_root: Path | None, where: str) -> Iterator[list[tuple[Path, int]]]:
+def as_files(
+    comp: str, patches: tuple, manifests_root: Path | None, where: str
+) -> Iterator[list[tuple[Path, int]]]:
     """Each patch's verified bytes in a temporary file, as [(path, strip)], for `git apply`
     and `patch`; removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="mtp-patches-") as tmp:

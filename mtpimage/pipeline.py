@@ -7,6 +7,7 @@ before the checks passed, and with a registry a failed step puts back every loca
 run set or moved (publish.py rolls back the registry). The command line is parsed in
 commands/ and handed over as a MainJob; progress goes to `say`.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,10 +43,11 @@ class TestsFailed(BuilderError):
 @dataclass(frozen=True)
 class BuildOptions:
     """How to build: BuildKit secrets, builder, cache and output (none of it in the identity)."""
+
     ca_bundle: Path | None = None
     netrc: Path | None = None
     builder: str | None = None
-    progress: str | None = None          # None: tty on a terminal, else plain
+    progress: str | None = None  # None: tty on a terminal, else plain
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
@@ -55,8 +57,8 @@ class BuildOptions:
 class MainJob:
     manifests: Manifests
     plan: Plan
-    frozen: bool | None = None           # None: frozen when lock.yaml exists
-    registry: Registry | None = None     # set: push after the tests pass
+    frozen: bool | None = None  # None: frozen when lock.yaml exists
+    registry: Registry | None = None  # set: push after the tests pass
     build: BuildOptions = field(default_factory=BuildOptions)
     gpu: bool = False
     summary_file: Path | None = None
@@ -68,8 +70,10 @@ def check_frozen(job: MainJob, warn: Say = _warn) -> None:
     if job.frozen is False:
         return
     if job.frozen is None and not lockfile.lock_path(job.manifests.root).is_file():
-        warn(f"warning: no {job.manifests.root.name}/lock.yaml: building unlocked pins "
-             "(run `python build.py lock`)")
+        warn(
+            f"warning: no {job.manifests.root.name}/lock.yaml: building unlocked pins "
+            "(run `python build.py lock`)"
+        )
         return
     lockfile.check_frozen(job.manifests, job.plan)
 
@@ -88,7 +92,8 @@ def base_preflight(plan: Plan) -> None:
         raise EnvironmentProblem(
             f"base image {base} is not present locally and its registry {host} cannot be reached "
             f"({exc.reason}) (fix: `docker pull` or `docker load` it on this machine, or "
-            "build where the registry is reachable; real profiles need their real CUDA base)") from None
+            "build where the registry is reachable; real profiles need their real CUDA base)"
+        ) from None
 
 
 def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
@@ -102,10 +107,16 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
     kit = engine.detect()
     say(f"build   {rendered.identity} with {kit.describe()}")
     req = engine.BuildRequest(
-        context_tar=context, labels=identity_labels(rendered.identity),
-        ca_bundle=options.ca_bundle, netrc=options.netrc, builder=options.builder,
+        context_tar=context,
+        labels=identity_labels(rendered.identity),
+        ca_bundle=options.ca_bundle,
+        netrc=options.netrc,
+        builder=options.builder,
         progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
-        no_cache=options.no_cache, cache_from=options.cache_from, cache_to=options.cache_to)
+        no_cache=options.no_cache,
+        cache_from=options.cache_from,
+        cache_to=options.cache_to,
+    )
     image_id = engine.build(req)
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
     sizes.after_build(plan, image_id, say)
@@ -129,8 +140,14 @@ def say_pulls(ref: ImageRef, say: Say = _say) -> None:
 def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> int:
     """The main job; returns the exit status (errors are raised as BuilderError)."""
     check_frozen(job, warn)
-    summary = {"profile": job.plan.profile, "image": None, "pushed": False, "references": [],
-               "digest": None, "up_to_date": False}
+    summary = {
+        "profile": job.plan.profile,
+        "image": None,
+        "pushed": False,
+        "references": [],
+        "digest": None,
+        "up_to_date": False,
+    }
     try:
         return _build_test_publish(job, summary, say)
     finally:
@@ -148,6 +165,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> int:
     client = None
     if reg is not None:
         from .registryapi import RegistryClient
+
         client = RegistryClient(reg)
     say(f"image   {local}")
     summary["image"] = local
@@ -173,32 +191,43 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
     human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
-        human_ok = reg is None or (remote is not None and
-                                   client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote)
+        human_ok = reg is None or (
+            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote
+        )
         if local_id is not None and publish.local_id(human_local) != local_id:
             publish.tag(local_id, human_local)
         if human_ok:
-            where = "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
+            where = (
+                "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
+            )
             say(f"up to date: {local} exists {where}; nothing to build")
             summary["up_to_date"] = True
             if reg is None:
-                fastpath.done(local)      # build.py may remember this run (its inputs -> this image)
+                fastpath.done(local)  # build.py may remember this run (its inputs -> this image)
             if reg is not None:
-                summary.update(digest=remote, references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
-                                                          reg.ref(IMAGE_REPOSITORY, plan.profile)])
+                summary.update(
+                    digest=remote,
+                    references=[
+                        reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                        reg.ref(IMAGE_REPOSITORY, plan.profile),
+                    ],
+                )
                 say_pulls(reg.image(IMAGE_REPOSITORY, digest=remote), say)
             return 0
         if local_id is None:
-            raise EnvironmentProblem(f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
-                                     f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
-                                     f"(fix: docker pull it, then run again to move the tag)")
+            raise EnvironmentProblem(
+                f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
+                f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                f"(fix: docker pull it, then run again to move the tag)"
+            )
         say(f"up to date: {local} exists locally; publishing it")
     else:
         image_id = build_image(plan, rendered, job.build, say)
         report = run_tests(image_id, job.gpu, say)
         if not report.ok:
-            raise TestsFailed(f"in-image checks failed; no tag was set or moved "
-                              f"(image {image_id[:19]} left untagged)")
+            raise TestsFailed(
+                f"in-image checks failed; no tag was set or moved (image {image_id[:19]} left untagged)"
+            )
         publish.tag(image_id, local)
         publish.tag(image_id, human_local)
         say(f"tagged  {local} and {human_local}")
@@ -206,10 +235,17 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             fastpath.done(local)
     if reg is not None:
         digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
-        say(f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
-            f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}")
-        summary.update(pushed=True, digest=digest,
-                       references=[reg.ref(IMAGE_REPOSITORY, rendered.identity),
-                                   reg.ref(IMAGE_REPOSITORY, plan.profile)])
+        say(
+            f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
+            f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
+        )
+        summary.update(
+            pushed=True,
+            digest=digest,
+            references=[
+                reg.ref(IMAGE_REPOSITORY, rendered.identity),
+                reg.ref(IMAGE_REPOSITORY, plan.profile),
+            ],
+        )
         say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)
     return 0

@@ -3,6 +3,7 @@
 Everything after `resolve` reads only the Plan. Its content hash is the image's
 identity; the same manifests give the same Plan and the same hash, byte for byte.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,6 +25,7 @@ class Patch:
     """A fix on top of a component, pinned by the sha256 of its bytes: by reference (`repo`,
     `base`, `head`, optional `paths`: the diff the tool makes from the two commits) or a local
     file under manifests/ (`file`, a site's own fix). See patches.py."""
+
     file: str | None
     sha256: str
     url: str
@@ -38,18 +40,20 @@ class Patch:
     def name(self) -> str:
         """Its file name in the build context."""
         from .patches import context_name
+
         return context_name(self)
 
     def describe(self) -> str:
         """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...` (or the local file)."""
         from .patches import describe
+
         return describe(self)
 
 
 @dataclass(frozen=True)
 class Component:
     name: str
-    source: str            # git | pypi
+    source: str  # git | pypi
     package: str
     layer: str
     repo: str | None
@@ -61,9 +65,9 @@ class Component:
     extras: tuple[str, ...]
     patches: tuple[Patch, ...]
     build_requires: tuple[str, ...] = ()
-    deps_declared: bool = True              # False: installed without its own Requires-Dist
-    deps_add: tuple[str, ...] = ()          # runtime needs its packaging omits
-    entry_checks: tuple = ()                # what users start from it (in-image checks)
+    deps_declared: bool = True  # False: installed without its own Requires-Dist
+    deps_add: tuple[str, ...] = ()  # runtime needs its packaging omits
+    entry_checks: tuple = ()  # what users start from it (in-image checks)
 
     @property
     def pin(self) -> str:
@@ -80,7 +84,7 @@ class Package:
     index: str
     layer: str
     extras: tuple[str, ...]
-    requires_dist: tuple[str, ...] | None = None   # as data, for an index unreachable at lock time
+    requires_dist: tuple[str, ...] | None = None  # as data, for an index unreachable at lock time
 
     @property
     def requirement(self) -> str:
@@ -91,7 +95,7 @@ class Package:
 @dataclass(frozen=True)
 class Layer:
     name: str
-    items: tuple[str, ...]     # component / package names, in install order
+    items: tuple[str, ...]  # component / package names, in install order
 
 
 @dataclass(frozen=True)
@@ -103,27 +107,29 @@ class Plan:
     experimental: bool
     targets: tuple[str, ...]
     models: tuple[str, ...]
-    engine: tuple[tuple[str, Any], ...]        # frozen mapping: sorted (key, value)
+    engine: tuple[tuple[str, Any], ...]  # frozen mapping: sorted (key, value)
     rollout_engine: str
     python: str
     cuda: str
-    base_image: str                             # name:tag@digest (digest may be absent)
+    base_image: str  # name:tag@digest (digest may be absent)
     base_digest: str | None
     os_packages: tuple[str, ...]
     indexes: tuple[tuple[str, str], ...]
     components: tuple[Component, ...]
     packages: tuple[Package, ...]
     layers: tuple[Layer, ...]
-    verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]   # target -> override lines
+    verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]  # target -> override lines
     size_budget_gb: float | None = None
     overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
-    locked: tuple[tuple[str, str, str, str, str, str], ...] = ()   # (name, version, layer, index, file, sha256)
+    locked: tuple[
+        tuple[str, str, str, str, str, str], ...
+    ] = ()  # (name, version, layer, index, file, sha256)
     # conflicts settled as data: (requirement, why, link) and (package, why, link)
     overrides: tuple[tuple[str, str, str], ...] = ()
     excludes: tuple[tuple[str, str, str], ...] = ()
-    sdists: tuple[tuple[str, str], ...] = ()      # (package, why): the only builds from an sdist
-    substitutions: tuple[tuple[str, str], ...] = ()   # (what, detail): see substitute.py
+    sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
+    substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:
@@ -159,9 +165,9 @@ class Plan:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
 
-
 class _FrozenDict(dict):
     """A dict that hashes (Plan is frozen); asdict() copies it as a plain dict."""
+
     def __hash__(self):
         return hash(json.dumps(self, sort_keys=True))
 
@@ -187,8 +193,11 @@ def _freeze(value: Any) -> Any:
 
 
 def _thaw(value: Any) -> Any:
-    if isinstance(value, tuple) and value and all(isinstance(i, tuple) and len(i) == 2
-                                                  and isinstance(i[0], str) for i in value):
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in value)
+    ):
         return {k: _thaw(v) for k, v in value}
     return value
 
@@ -225,13 +234,31 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
     base = f"{img['name']}:{img['tag']}" + (f"@{img['digest']}" if img.get("digest") else "")
     components = tuple(
         Component(
-            name=name, source=c["source"], package=c["package"], layer=c["layer"],
-            repo=c.get("repo"), ref=c.get("ref"), commit=c.get("commit"),
-            version=c.get("version"), index=c.get("index", "pypi"),
-            subdir=c.get("subdir", "."), extras=tuple(c.get("extras", [])),
-            patches=tuple(Patch(p.get("file"), p["sha256"], p["url"], p.get("strip", 1),
-                                tuple(p.get("provides", [])), p.get("repo"), p.get("base"), p.get("head"),
-                                tuple(p.get("paths", []))) for p in c.get("patches", [])),
+            name=name,
+            source=c["source"],
+            package=c["package"],
+            layer=c["layer"],
+            repo=c.get("repo"),
+            ref=c.get("ref"),
+            commit=c.get("commit"),
+            version=c.get("version"),
+            index=c.get("index", "pypi"),
+            subdir=c.get("subdir", "."),
+            extras=tuple(c.get("extras", [])),
+            patches=tuple(
+                Patch(
+                    p.get("file"),
+                    p["sha256"],
+                    p["url"],
+                    p.get("strip", 1),
+                    tuple(p.get("provides", [])),
+                    p.get("repo"),
+                    p.get("base"),
+                    p.get("head"),
+                    tuple(p.get("paths", [])),
+                )
+                for p in c.get("patches", [])
+            ),
             build_requires=tuple(c.get("build_requires", [])),
             deps_declared=(c.get("dependencies") or {}).get("declared", True),
             deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
@@ -240,15 +267,21 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         for name, c in rp.components.items()
     )
     packages = tuple(
-        Package(name=name, version=p["version"], index=p.get("index", "pypi"),
-                layer=p["layer"], extras=tuple(p.get("extras", [])),
-                requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None)
+        Package(
+            name=name,
+            version=p["version"],
+            index=p.get("index", "pypi"),
+            layer=p["layer"],
+            extras=tuple(p.get("extras", [])),
+            requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None,
+        )
         for name, p in rp.packages.items()
     )
     layers = [Layer(OS_LAYER, tuple(plat.get("os_packages", [])))]
     for layer in cat["layers"]:
-        items = [p.name for p in packages if p.layer == layer] + \
-                [c.name for c in components if c.layer == layer]
+        items = [p.name for p in packages if p.layer == layer] + [
+            c.name for c in components if c.layer == layer
+        ]
         if items:
             layers.append(Layer(layer, tuple(items)))
     layers.append(Layer(MODE_LAYER, ()))
@@ -258,20 +291,37 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         for t in data["targets"]
     )
     return Plan(
-        profile=rp.name, summary=data["summary"], choose_when=data.get("choose_when", ""),
-        mode=data["mode"], experimental=data.get("experimental", False),
-        targets=tuple(data["targets"]), models=tuple(data.get("models", [])),
-        engine=_freeze(engine), rollout_engine=data["rollout"]["engine"],
-        python=plat["python"], cuda=plat["cuda"], base_image=base,
-        base_digest=img.get("digest"), os_packages=tuple(plat.get("os_packages", [])),
+        profile=rp.name,
+        summary=data["summary"],
+        choose_when=data.get("choose_when", ""),
+        mode=data["mode"],
+        experimental=data.get("experimental", False),
+        targets=tuple(data["targets"]),
+        models=tuple(data.get("models", [])),
+        engine=_freeze(engine),
+        rollout_engine=data["rollout"]["engine"],
+        python=plat["python"],
+        cuda=plat["cuda"],
+        base_image=base,
+        base_digest=img.get("digest"),
+        os_packages=tuple(plat.get("os_packages", [])),
         indexes=tuple(sorted(cat["indexes"].items())),
-        components=components, packages=packages, layers=tuple(layers),
-        verl_overrides=overrides, size_budget_gb=data.get("size_budget_gb"),
+        components=components,
+        packages=packages,
+        layers=tuple(layers),
+        verl_overrides=overrides,
+        size_budget_gb=data.get("size_budget_gb"),
         overridden=tuple(sorted((k, tuple(v)) for k, v in rp.overridden.items())),
-        overrides=tuple((o["requirement"], " ".join(o["why"].split()), o["link"])
-                        for o in (cat.get("resolution") or {}).get("overrides", [])),
-        excludes=tuple((e["package"], " ".join(e["why"].split()), e["link"])
-                       for e in (cat.get("resolution") or {}).get("excludes", [])),
-        sdists=tuple((e["package"], " ".join(e["why"].split()))
-                     for e in (cat.get("resolution") or {}).get("sdists", [])),
+        overrides=tuple(
+            (o["requirement"], " ".join(o["why"].split()), o["link"])
+            for o in (cat.get("resolution") or {}).get("overrides", [])
+        ),
+        excludes=tuple(
+            (e["package"], " ".join(e["why"].split()), e["link"])
+            for e in (cat.get("resolution") or {}).get("excludes", [])
+        ),
+        sdists=tuple(
+            (e["package"], " ".join(e["why"].split()))
+            for e in (cat.get("resolution") or {}).get("sdists", [])
+        ),
     )

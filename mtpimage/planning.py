@@ -4,6 +4,7 @@ profile's Plan with lock.yaml's resolved versions and the recorded substitutions
 Every command and the main job start here; it lives outside the CLI so that command
 modules and domain modules can use it without importing the CLI back.
 """
+
 from __future__ import annotations
 
 import dataclasses

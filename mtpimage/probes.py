@@ -10,6 +10,7 @@ with `ast` on a source tree. With patches (by reference: the diff of their commi
 patches.py), the sglang source (a wheel or the repository root) is copied and the patches
 applied to the copy first.
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,8 +65,10 @@ def _class(mod: ast.Module, name: str) -> ast.ClassDef | None:
 
 
 def _method(cls: ast.ClassDef, name: str):
-    return next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.name == name), None)
+    return next(
+        (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+        None,
+    )
 
 
 def _params(fn) -> tuple[set[str], bool]:
@@ -99,8 +102,11 @@ def recompute_signature(tree: Path) -> Verdict:
         return Verdict(PASS, f"{callee}() accepts {kw} (source probe)")
     if has_kwargs:
         return Verdict(PASS, f"{callee}() takes **kwargs (source probe)")
-    return Verdict(FAIL, f"{MTP_FILE}:{ckpt.lineno}: {callee}() declares explicit "
-                   f"parameters without {kw} while {caller}() passes it (source probe)")
+    return Verdict(
+        FAIL,
+        f"{MTP_FILE}:{ckpt.lineno}: {callee}() declares explicit "
+        f"parameters without {kw} while {caller}() passes it (source probe)",
+    )
 
 
 def _uses_attr(mod: ast.Module, owner: str, attr: str) -> int | None:
@@ -141,8 +147,9 @@ def modeltype_members(tree: Path) -> set[str] | None:
     return out
 
 
-def mbridge_modeltype(mbridge_tree: Path, package: str, megatron_tree: Path | None,
-                      megatron_version=None) -> Verdict:
+def mbridge_modeltype(
+    mbridge_tree: Path, package: str, megatron_tree: Path | None, megatron_version=None
+) -> Verdict:
     cls, member = _MBRIDGE["class"], _MBRIDGE["member"]
     what = f"{cls}.{member}"
     use = package_uses_encoder_and_decoder(mbridge_tree, package)
@@ -154,8 +161,11 @@ def mbridge_modeltype(mbridge_tree: Path, package: str, megatron_tree: Path | No
             return Verdict(UNKNOWN, f"{use} uses {what}; the pinned Megatron has no {cls} in {ENUMS_FILE}")
         if member in members:
             return Verdict(PASS, f"{use} uses {what}, which the pinned Megatron still has (source probe)")
-        return Verdict(FAIL, f"{use} uses {what}; the pinned Megatron's "
-                       f"{cls} has only {', '.join(sorted(members))} (source probe)")
+        return Verdict(
+            FAIL,
+            f"{use} uses {what}; the pinned Megatron's "
+            f"{cls} has only {', '.join(sorted(members))} (source probe)",
+        )
     if megatron_version is not None:
         if megatron_version.release >= (0, 17):
             return Verdict(FAIL, f"{use} uses {what}; megatron-core {megatron_version} removed it")
@@ -164,15 +174,18 @@ def mbridge_modeltype(mbridge_tree: Path, package: str, megatron_tree: Path | No
 
 
 def _defines_function(mod: ast.Module, name: str) -> bool:
-    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-               for n in ast.walk(mod))
+    return any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in ast.walk(mod)
+    )
 
 
 def _calls(mod: ast.Module, name: str) -> bool:
     for n in ast.walk(mod):
         if isinstance(n, ast.Call):
             f = n.func
-            if (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
+            if (isinstance(f, ast.Name) and f.id == name) or (
+                isinstance(f, ast.Attribute) and f.attr == name
+            ):
                 return True
     return False
 
@@ -186,8 +199,9 @@ def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
         return Verdict(UNKNOWN, "sglang sources do not parse")
     fn = _SGLANG["function"]
     if not _defines_function(rmod, fn):
-        return Verdict(FAIL, f"{SGLANG_RUNNER} has no {fn}: the IPC handle is opened "
-                       f"twice on MTP weight sync ({how})")
+        return Verdict(
+            FAIL, f"{SGLANG_RUNNER} has no {fn}: the IPC handle is opened twice on MTP weight sync ({how})"
+        )
     if not _calls(emod, fn):
         return Verdict(FAIL, f"{SGLANG_EAGLE} does not call {fn} ({how})")
     return Verdict(PASS, f"{fn} defined and used by the EAGLE worker ({how})")
@@ -202,8 +216,9 @@ def bridge_mimo(tree: Path) -> Verdict:
     cls = _class(mod, name) if mod else None
     if cls is None:
         return Verdict(FAIL, f"{path.relative_to(tree)} has no class {name} (source probe)")
-    mtp = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "mtp" in n.value
-              for n in ast.walk(cls))
+    mtp = any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and "mtp" in n.value for n in ast.walk(cls)
+    )
     if not mtp:
         return Verdict(FAIL, f"{name} maps no MTP parameters (source probe)")
     return Verdict(PASS, f"{path.relative_to(tree)}: {name} with MTP mappings (source probe)")
@@ -222,8 +237,22 @@ def patch_paths(patch: Path, strip: int) -> list[str]:
 
 
 def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
-    proc = subprocess.run(["patch", "--dry-run", "--batch", "--forward", f"-p{strip}", "-d", str(tree),
-                           "-i", str(patch.resolve())], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            "patch",
+            "--dry-run",
+            "--batch",
+            "--forward",
+            f"-p{strip}",
+            "-d",
+            str(tree),
+            "-i",
+            str(patch.resolve()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.returncode == 0, " ".join((proc.stdout + proc.stderr).split())[-400:]
 
 
@@ -237,8 +266,12 @@ def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
                 (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, scratch / rel)
     for patch, strip in patches:
-        proc = subprocess.run(["patch", "--batch", "--forward", f"-p{strip}", "-d", str(scratch),
-                               "-i", str(patch.resolve())], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["patch", "--batch", "--forward", f"-p{strip}", "-d", str(scratch), "-i", str(patch.resolve())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if proc.returncode != 0:
             shutil.rmtree(scratch, ignore_errors=True)
             raise RuntimeError(" ".join((proc.stdout + proc.stderr).split())[-400:])
@@ -256,12 +289,12 @@ class SourceSet:
     missing commit, a refused connection) is remembered in `failed` instead of raised: the
     probes of every other source still run, and the rules needing this one are UNKNOWN."""
 
-    indexes: dict[str, str] = field(default_factory=dict)         # index name -> URL
+    indexes: dict[str, str] = field(default_factory=dict)  # index name -> URL
     trees: dict[str, Path] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)     # component -> reason
-    fetcher: Callable[[str, str], sources.Tree] | None = None    # default: sources.fetch
+    unavailable: dict[str, str] = field(default_factory=dict)  # component -> reason
+    fetcher: Callable[[str, str], sources.Tree] | None = None  # default: sources.fetch
     keep_going: bool = False
-    failed: dict[str, str] = field(default_factory=dict)          # component -> reason
+    failed: dict[str, str] = field(default_factory=dict)  # component -> reason
 
     def tree(self, comp: Component) -> Path | None:
         if comp.name in self.trees:
@@ -282,6 +315,7 @@ class SourceSet:
             self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
             return self.trees[comp.name]
         from . import pydeps  # PyPI source: its distribution, unpacked
+
         try:
             path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
         except pydeps.IndexUnreachable as exc:
@@ -297,29 +331,36 @@ class SourceSet:
 
 
 def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:
-    fix = rules_mod.facts()["sglang"]["fix_patch_provides"]   # what the fix patch provides
+    fix = rules_mod.facts()["sglang"]["fix_patch_provides"]  # what the fix patch provides
     tree = ss.tree(comp)
     if tree is None and comp.name in ss.failed:
-        return Verdict(UNKNOWN, f"not decided: the sglang source could not be fetched ({ss.failed[comp.name]})")
+        return Verdict(
+            UNKNOWN, f"not decided: the sglang source could not be fetched ({ss.failed[comp.name]})"
+        )
     if tree is None:
         reason = ss.unavailable.get(comp.name, "not fetched")
         if fix in comp.provides():
-            return Verdict(PASS, f"trusting the patch's `provides: {fix}`; the sources "
-                           f"could not be probed ({reason})")
+            return Verdict(
+                PASS, f"trusting the patch's `provides: {fix}`; the sources could not be probed ({reason})"
+            )
         return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
     if not comp.patches:
         return sglang_fix(tree)
     from . import patches as patches_mod
+
     if comp.source == "git" and comp.subdir not in ("", "."):
-        tree = tree.parents[len(Path(comp.subdir).parts) - 1]   # patches apply at the repository root
+        tree = tree.parents[len(Path(comp.subdir).parts) - 1]  # patches apply at the repository root
     try:
-        with patches_mod.as_files(comp.name, comp.patches, root,
-                                  patches_mod.origin(plan, comp.name, root)) as files:
+        with patches_mod.as_files(
+            comp.name, comp.patches, root, patches_mod.origin(plan, comp.name, root)
+        ) as files:
             scratch = patched_copy(tree, files)
     except patches_mod.PatchUnavailable as exc:
         if exc.offline and fix in comp.provides():
-            return Verdict(PASS, f"trusting the patch's `provides: {fix}`; its commits could "
-                           f"not be fetched ({exc.reason})")
+            return Verdict(
+                PASS,
+                f"trusting the patch's `provides: {fix}`; its commits could not be fetched ({exc.reason})",
+            )
         if exc.offline:
             return Verdict(UNKNOWN, f"sglang patch not made: {exc.reason}")
         if not ss.keep_going:
@@ -341,10 +382,12 @@ def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def probe_plan(plan: Plan, manifests_root: Path | None = None,
-               source_set: SourceSet | None = None) -> dict[str, Verdict]:
+def probe_plan(
+    plan: Plan, manifests_root: Path | None = None, source_set: SourceSet | None = None
+) -> dict[str, Verdict]:
     """Probe the pinned sources of `plan` for every source rule that applies to it."""
     from .manifest import DEFAULT_MANIFESTS
+
     root = Path(manifests_root or DEFAULT_MANIFESTS)
     ss = source_set or SourceSet(dict(plan.indexes))
     ss.indexes = ss.indexes or dict(plan.indexes)
@@ -358,17 +401,21 @@ def probe_plan(plan: Plan, manifests_root: Path | None = None,
 
     def unavailable(comp: Component, base: Verdict) -> Verdict:
         if comp.name in ss.failed:
-            return Verdict(UNKNOWN, f"not decided: the {comp.name} source could not be fetched "
-                           f"({ss.failed[comp.name]})")
-        return Verdict(base.status, f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); "
-                       f"known pins: {base.detail}")
+            return Verdict(
+                UNKNOWN, f"not decided: the {comp.name} source could not be fetched ({ss.failed[comp.name]})"
+            )
+        return Verdict(
+            base.status,
+            f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); known pins: {base.detail}",
+        )
 
     base = applies("recompute-padding-mask")
     mc = plan.component("megatron-lm")
     if base is not None and mc is not None:
         tree = ss.tree(mc)
-        out["recompute-padding-mask"] = (recompute_signature(tree) if tree is not None
-                                         else unavailable(mc, base))
+        out["recompute-padding-mask"] = (
+            recompute_signature(tree) if tree is not None else unavailable(mc, base)
+        )
 
     base = applies("mbridge-mcore-017")
     mb = plan.component("mbridge")
@@ -379,7 +426,8 @@ def probe_plan(plan: Plan, manifests_root: Path | None = None,
         else:
             mtree = ss.tree(mc) if mc is not None else None
             out["mbridge-mcore-017"] = mbridge_modeltype(
-                tree, mb.package, mtree, rules_mod.megatron_version(plan, f))
+                tree, mb.package, mtree, rules_mod.megatron_version(plan, f)
+            )
 
     base = applies("sglang-rollout-fix")
     sg = plan.component("sglang")

@@ -4,6 +4,7 @@ The one description of a probe: probes.py reads the pinned sources by it, versio
 copies the entries of the probes an image repeats into its version vector, and
 images/checks/run_checks.py (inside the image, without mtpimage) reads them from there.
 """
+
 from __future__ import annotations
 
 from functools import cache
@@ -16,8 +17,10 @@ import yaml
 def probe_specs() -> dict[str, dict]:
     """{probe id: its entry}, in the file's order."""
     text = resources.files("mtpimage.data").joinpath("probes.yaml").read_text()
-    return {pid: {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in spec.items()}
-            for pid, spec in yaml.safe_load(text)["probes"].items()}
+    return {
+        pid: {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in spec.items()}
+        for pid, spec in yaml.safe_load(text)["probes"].items()
+    }
 
 
 def spec(pid: str) -> dict:

@@ -11,6 +11,7 @@ Pushes retry under the network policy (netpolicy.py): docker retries blob upload
 but not the manifest PUT that ends a push, so the whole push is re-run (blobs already
 there are skipped) on anything but a refusal that cannot pass.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,9 +24,19 @@ from .registryapi import RegistryClient
 Say = Callable[[str], None]
 
 # docker push's messages for failures another attempt cannot fix.
-PUSH_PERMANENT = ("denied", "unauthorized", "authentication required", "forbidden",
-                  "name unknown", "name invalid", "manifest invalid", "tag invalid",
-                  "no such image", "does not exist", "an image does not exist locally")
+PUSH_PERMANENT = (
+    "denied",
+    "unauthorized",
+    "authentication required",
+    "forbidden",
+    "name unknown",
+    "name invalid",
+    "manifest invalid",
+    "tag invalid",
+    "no such image",
+    "does not exist",
+    "an image does not exist locally",
+)
 
 
 class PushFailed(EnvironmentProblem):
@@ -33,10 +44,14 @@ class PushFailed(EnvironmentProblem):
         self.stderr = stderr.strip()[-300:]
         self.transient = not any(p in stderr.lower() for p in PUSH_PERMANENT)
         host = ref.split("/")[0]
-        fix = (f"check that registry {host} runs and answers, then run again" if self.transient
-               else f"docker login {host} with a user that may push there, or use another --registry")
-        super().__init__(f"docker push {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; "
-                         "no tag was moved)")
+        fix = (
+            f"check that registry {host} runs and answers, then run again"
+            if self.transient
+            else f"docker login {host} with a user that may push there, or use another --registry"
+        )
+        super().__init__(
+            f"docker push {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; no tag was moved)"
+        )
 
 
 # ----------------------------------------------------------------------------- local tags
@@ -86,14 +101,23 @@ def push(ref: str, say: Say = print) -> None:
 
     def before_sleep(state) -> None:
         err = state.outcome.exception()
-        say(f"retry   {ref}: attempt {state.attempt_number}/{attempts} failed "
-            f"({' '.join(err.stderr.split())[-160:]}); pushing again in {state.next_action.sleep:.1f} s")
+        say(
+            f"retry   {ref}: attempt {state.attempt_number}/{attempts} failed "
+            f"({' '.join(err.stderr.split())[-160:]}); pushing again in {state.next_action.sleep:.1f} s"
+        )
 
     netpolicy.retrying(lambda e: isinstance(e, PushFailed) and e.transient, before_sleep)(once)
 
 
-def publish(local: str, repository: str, identity: str, profile: str, reg: Registry,
-            client: RegistryClient | None = None, say: Say = print) -> str:
+def publish(
+    local: str,
+    repository: str,
+    identity: str,
+    profile: str,
+    reg: Registry,
+    client: RegistryClient | None = None,
+    say: Say = print,
+) -> str:
     """Push the tested local image `local` as REG/repository:identity, then move
     REG/repository:profile to it; returns the registry digest. On any failure, what this
     call tagged is rolled back (local registry-prefixed tags, and a content tag it created

@@ -7,6 +7,7 @@ constraints would change the answer); only a CA bundle is passed through
 (MTP_CA_BUNDLE, PIP_CERT, REQUESTS_CA_BUNDLE or SSL_CERT_FILE), as TLS-intercepting
 proxies need it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,7 +31,10 @@ from .sources import cache_root
 GLIBC = (2, 39)
 PLATFORM = f"manylinux_{GLIBC[0]}_{GLIBC[1]}_x86_64"
 PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC[1], 16, -1)] + [
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
 IMPLEMENTATION = "cp"
 
 
@@ -46,10 +50,12 @@ def rewrite(url: str) -> str:
     """Index mirrors, the pip counterpart of git's url.insteadOf: MTP_INDEX_REWRITE holds
     `FROM=TO` pairs separated by whitespace or ';' (longest FROM wins). The lock keeps the
     manifests' URL; only the network calls go to the mirror."""
-    pairs = [p.split("=", 1) for p in re.split(r"[;\s]+", os.environ.get("MTP_INDEX_REWRITE", "")) if "=" in p]
+    pairs = [
+        p.split("=", 1) for p in re.split(r"[;\s]+", os.environ.get("MTP_INDEX_REWRITE", "")) if "=" in p
+    ]
     for frm, to in sorted(pairs, key=lambda p: -len(p[0])):
         if url.startswith(frm):
-            return to + url[len(frm):]
+            return to + url[len(frm) :]
     return url
 
 
@@ -67,12 +73,17 @@ class _Transient(Exception):
 def probe_index(url: str, project: str) -> str | None:
     """None when `<url>/<project>/` answers; else the reason it could not be reached."""
     import requests  # lazy: only `lock` talks to indexes; keeps no-op builds fast
+
     target = f"{rewrite(url).rstrip('/')}/{canonical(project)}/"
 
     def call():
         try:
-            r = requests.get(target, timeout=netpolicy.http_timeout(), verify=ca_bundle() or True,
-                             headers={"Accept": "application/vnd.pypi.simple.v1+html, text/html"})
+            r = requests.get(
+                target,
+                timeout=netpolicy.http_timeout(),
+                verify=ca_bundle() or True,
+                headers={"Accept": "application/vnd.pypi.simple.v1+html, text/html"},
+            )
         except (requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from exc
         if r.status_code >= 500 or r.status_code == 429:
@@ -88,7 +99,7 @@ def probe_index(url: str, project: str) -> str | None:
         m = re.search(r"(NameResolutionError|Failed to resolve|Connection refused|timed out)[^)]*", text)
         return f"{target}: {type(exc).__name__}: {m.group(0) if m else text[:200]}"
     if r.status_code == 404:
-        return None      # the index answers; the project is simply not there (pip will say)
+        return None  # the index answers; the project is simply not there (pip will say)
     if r.status_code >= 400:
         return f"{target}: HTTP {r.status_code}"
     return None
@@ -103,8 +114,16 @@ def pip_env() -> dict:
 
 
 def _pip(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pip", *args, "--timeout", str(int(netpolicy.http_timeout())),
-           "--retries", str(netpolicy.attempts())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        *args,
+        "--timeout",
+        str(int(netpolicy.http_timeout())),
+        "--retries",
+        str(netpolicy.attempts()),
+    ]
     if ca_bundle():
         cmd += ["--cert", ca_bundle()]
     try:
@@ -115,14 +134,19 @@ def _pip(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 def _target_args(python: str) -> list[str]:
     plats = [a for p in PLATFORMS for a in ("--platform", p)]
-    return ["--python-version", python, *plats, "--implementation", IMPLEMENTATION,
-            "--only-binary=:all:"]
+    return ["--python-version", python, *plats, "--implementation", IMPLEMENTATION, "--only-binary=:all:"]
 
 
 def pip_error(text: str) -> str:
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    keep = [l for l in lines if l.startswith("ERROR") or "conflict" in l.lower()
-            or "requires" in l.lower() or "depends on" in l.lower()]
+    keep = [
+        l
+        for l in lines
+        if l.startswith("ERROR")
+        or "conflict" in l.lower()
+        or "requires" in l.lower()
+        or "depends on" in l.lower()
+    ]
     return " | ".join(keep or lines[-5:])[-1500:]
 
 
@@ -142,11 +166,22 @@ def download_dist(package: str, version: str, index_url: str, python: str = "3.1
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{canonical(package)}-", dir=dest.parent))
     try:
-        proc = _pip("download", "--no-deps", "-q", "-d", str(tmp), "--index-url", rewrite(index_url),
-                    *_target_args(python), f"{package}=={version}")
+        proc = _pip(
+            "download",
+            "--no-deps",
+            "-q",
+            "-d",
+            str(tmp),
+            "--index-url",
+            rewrite(index_url),
+            *_target_args(python),
+            f"{package}=={version}",
+        )
         if proc.returncode != 0:
-            raise IndexUnreachable(f"pip download {package}=={version} from {host} failed: "
-                                   f"{pip_error(proc.stderr + proc.stdout)}")
+            raise IndexUnreachable(
+                f"pip download {package}=={version} from {host} failed: "
+                f"{pip_error(proc.stderr + proc.stdout)}"
+            )
         try:
             os.rename(tmp, dest)
         except OSError:
@@ -187,8 +222,13 @@ def sha256_file(path: Path) -> str:
 # ----------------------------------------------------------------------------- resolution
 
 
-def write_stub_wheel(directory: Path, name: str, version: str, requires: list[str] | None = None,
-                     extras: dict[str, list[str]] | None = None) -> Path:
+def write_stub_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    requires: list[str] | None = None,
+    extras: dict[str, list[str]] | None = None,
+) -> Path:
     """A metadata-only wheel: it stands for a package whose index is unreachable (no
     requirements), or carries a git source's declared requirements into the resolution."""
     dist = f"{canonical(name).replace('-', '_')}-{version}.dist-info"
@@ -199,12 +239,15 @@ def write_stub_wheel(directory: Path, name: str, version: str, requires: list[st
         meta += f"Provides-Extra: {extra}\n"
         for req in reqs:
             marker = f'extra == "{extra}"'
-            meta += f"Requires-Dist: {req}; {marker}\n" if ";" not in req else \
-                f"Requires-Dist: {req.split(';')[0].strip()}; ({req.split(';', 1)[1].strip()}) and {marker}\n"
+            meta += (
+                f"Requires-Dist: {req}; {marker}\n"
+                if ";" not in req
+                else f"Requires-Dist: {req.split(';')[0].strip()}; ({req.split(';', 1)[1].strip()}) and {marker}\n"
+            )
     files = {
         f"{dist}/METADATA": meta,
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: mtp-image-builder stub\n"
-                         "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = ""
     for k, v in files.items():

@@ -9,6 +9,7 @@ Docker Hub API host (registry-1.docker.io) and plain http for loopback registrie
 decided in one place. Grammar as in docker's reference package (distribution/reference):
 host components may hold upper case, path components only lower case.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,8 @@ from dataclasses import dataclass, replace
 from .errors import InputError
 
 DOCKER_HUB = "docker.io"
-DOCKER_HUB_API = "registry-1.docker.io"        # where docker.io's HTTP API answers
-OWNER = "{owner}"                              # a generated workflow's repository owner
+DOCKER_HUB_API = "registry-1.docker.io"  # where docker.io's HTTP API answers
+OWNER = "{owner}"  # a generated workflow's repository owner
 
 _DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 HOST = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]{{1,5}})?"
@@ -28,9 +29,12 @@ DIGEST = r"sha256:[0-9a-f]{64}"
 
 _REGISTRY_RE = re.compile(rf"(?P<host>{HOST})(?:/(?P<ns>{PATH_PART}(?:/{PATH_PART})*))?/?")
 _REGISTRY_OWNER_RE = re.compile(
-    rf"(?P<host>{HOST})(?:/(?P<ns>(?:{PATH_PART}|\{{owner\}})(?:/(?:{PATH_PART}|\{{owner\}}))*))?/?")
-_IMAGE_RE = re.compile(rf"(?:(?P<host>{HOST})/)?(?P<path>{PATH_PART}(?:/{PATH_PART})*)"
-                       rf"(?::(?P<tag>{TAG}))?(?:@(?P<digest>{DIGEST}))?")
+    rf"(?P<host>{HOST})(?:/(?P<ns>(?:{PATH_PART}|\{{owner\}})(?:/(?:{PATH_PART}|\{{owner\}}))*))?/?"
+)
+_IMAGE_RE = re.compile(
+    rf"(?:(?P<host>{HOST})/)?(?P<path>{PATH_PART}(?:/{PATH_PART})*)"
+    rf"(?::(?P<tag>{TAG}))?(?:@(?P<digest>{DIGEST}))?"
+)
 
 
 def names_a_host(first: str) -> bool:
@@ -56,8 +60,8 @@ def base_url(host: str) -> str:
 
 @dataclass(frozen=True)
 class Registry:
-    host: str          # host[:port]
-    namespace: str     # may be empty
+    host: str  # host[:port]
+    namespace: str  # may be empty
 
     @classmethod
     def parse(cls, text: str, *, owner_placeholder: bool = False, flag: str = "--registry") -> Registry:
@@ -66,8 +70,12 @@ class Registry:
         pattern = _REGISTRY_OWNER_RE if owner_placeholder else _REGISTRY_RE
         m = pattern.fullmatch(text or "")
         if not m or not names_a_host(m.group("host")):
-            raise InputError(flag, text, "expected HOST[:PORT]/NAMESPACE",
-                             "for example --registry 127.0.0.1:5000/mtp or ghcr.io/my-org")
+            raise InputError(
+                flag,
+                text,
+                "expected HOST[:PORT]/NAMESPACE",
+                "for example --registry 127.0.0.1:5000/mtp or ghcr.io/my-org",
+            )
         return cls(m.group("host"), m.group("ns") or "")
 
     @property
@@ -93,11 +101,11 @@ class Registry:
 
 @dataclass(frozen=True)
 class ImageRef:
-    host: str                    # docker.io when the reference names no registry
-    path: str                    # namespace/name; library/NAME for docker.io's official images
+    host: str  # docker.io when the reference names no registry
+    path: str  # namespace/name; library/NAME for docker.io's official images
     tag: str | None = None
     digest: str | None = None
-    explicit_host: bool = True   # False when docker.io was implied
+    explicit_host: bool = True  # False when docker.io was implied
 
     @classmethod
     def parse(cls, text: str, *, flag: str = "image") -> ImageRef:
@@ -105,8 +113,12 @@ class ImageRef:
         explicit = bool(sep) and names_a_host(first)
         m = _IMAGE_RE.fullmatch(text or "" if explicit else f"{DOCKER_HUB}/{text or ''}")
         if not m:
-            raise InputError(flag, text, "expected an image reference [HOST[:PORT]/]NAME[:TAG][@sha256:...]",
-                             "for example ghcr.io/my-org/mtp-verl:mtp-detach")
+            raise InputError(
+                flag,
+                text,
+                "expected an image reference [HOST[:PORT]/]NAME[:TAG][@sha256:...]",
+                "for example ghcr.io/my-org/mtp-verl:mtp-detach",
+            )
         host, path = m.group("host"), m.group("path")
         if host == DOCKER_HUB and "/" not in path:
             path = f"library/{path}"
@@ -122,8 +134,11 @@ class ImageRef:
         return base_url(self.host)
 
     def __str__(self) -> str:
-        return (self.repository + (f":{self.tag}" if self.tag else "")
-                + (f"@{self.digest}" if self.digest else ""))
+        return (
+            self.repository
+            + (f":{self.tag}" if self.tag else "")
+            + (f"@{self.digest}" if self.digest else "")
+        )
 
     def pinned(self, digest: str) -> ImageRef:
         """This repository at `digest` (the tag dropped: a digest names the image alone)."""

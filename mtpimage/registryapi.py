@@ -7,6 +7,7 @@ a `Basic` challenge gets the stored login; a `Bearer` challenge sends it (or not
 anonymous pulls) to the token service named in the challenge and retries with the token.
 Timeouts come from the network policy (netpolicy.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,18 +17,21 @@ from . import dockerauth, netpolicy
 from .errors import EnvironmentProblem
 from .registry import Registry, base_url
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-])
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 
 
 def network_reason(exc: BaseException) -> str:
     """What failed, in a few words, from a requests/urllib3 exception (whose own text is a
     nest of pool, retry and connection object reprs)."""
     import requests  # lazy: ~60 ms, only needed when a registry is involved
+
     text = str(exc)
     low = text.lower()
     if isinstance(exc, requests.exceptions.SSLError):
@@ -38,14 +42,24 @@ def network_reason(exc: BaseException) -> str:
     if isinstance(exc, requests.exceptions.ReadTimeout):
         return "connected, but no answer in time (timed out)"
     for needles, what in (
-            (("nameresolutionerror", "name or service not known", "failed to resolve",
-              "temporary failure in name resolution", "nodename nor servname"),
-             "its host name does not resolve (DNS)"),
-            (("connection refused",), "connection refused (nothing listens there)"),
-            (("network is unreachable", "no route to host"), "no network route to it"),
-            (("remotedisconnected", "connection aborted", "connection reset", "broken pipe"),
-             "the connection was closed without an answer"),
-            (("proxyerror", "unable to connect to proxy"), "the HTTP proxy refused or failed")):
+        (
+            (
+                "nameresolutionerror",
+                "name or service not known",
+                "failed to resolve",
+                "temporary failure in name resolution",
+                "nodename nor servname",
+            ),
+            "its host name does not resolve (DNS)",
+        ),
+        (("connection refused",), "connection refused (nothing listens there)"),
+        (("network is unreachable", "no route to host"), "no network route to it"),
+        (
+            ("remotedisconnected", "connection aborted", "connection reset", "broken pipe"),
+            "the connection was closed without an answer",
+        ),
+        (("proxyerror", "unable to connect to proxy"), "the HTTP proxy refused or failed"),
+    ):
         if any(n in low for n in needles):
             return what
     m = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
@@ -58,7 +72,8 @@ class RegistryUnreachable(EnvironmentProblem):
         super().__init__(
             f"registry {host} cannot be reached: {self.reason} ({what}) (fix: check that the "
             f"registry runs and that {base_url(host)}/v2/ answers from this machine (DNS, proxy, "
-            "firewall), or use another --registry)")
+            "firewall), or use another --registry)"
+        )
 
 
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -73,7 +88,7 @@ class RegistryClient:
         self.registry = registry
         self.host = registry.host
         self.base_url = registry.base_url
-        self._auth_header: dict[str, str] = {}      # what the last challenge asked for, reused
+        self._auth_header: dict[str, str] = {}  # what the last challenge asked for, reused
 
     def _credentials(self):
         return dockerauth.credentials(self.host)
@@ -81,6 +96,7 @@ class RegistryClient:
     def _answer(self, challenge: str, scope: str) -> dict[str, str] | None:
         """Headers answering a 401's WWW-Authenticate, or None when there is no answer."""
         import requests  # lazy: ~60 ms, only needed when a registry is involved
+
         scheme, fields = _challenge(challenge)
         creds = self._credentials()
         if scheme == "basic":
@@ -93,8 +109,12 @@ class RegistryClient:
         realm = fields["realm"]
         params = {"service": fields.get("service", ""), "scope": fields.get("scope") or scope}
         try:
-            resp = requests.get(realm, params=params, timeout=netpolicy.http_timeout(),
-                                auth=(creds.username, creds.password) if creds else None)
+            resp = requests.get(
+                realm,
+                params=params,
+                timeout=netpolicy.http_timeout(),
+                auth=(creds.username, creds.password) if creds else None,
+            )
         except requests.RequestException as exc:
             raise RegistryUnreachable(self.host, f"token service {realm}", exc) from None
         if resp.status_code != 200:
@@ -108,17 +128,20 @@ class RegistryClient:
 
     def _request(self, method: str, path: str, what: str, scope: str, headers: dict | None = None):
         import requests  # lazy: ~60 ms, only needed when a registry is involved
+
         url = f"{self.base_url}{path}"
         headers = dict(headers or {})
         try:
-            resp = requests.request(method, url, headers={**headers, **self._auth_header},
-                                    timeout=netpolicy.http_timeout())
+            resp = requests.request(
+                method, url, headers={**headers, **self._auth_header}, timeout=netpolicy.http_timeout()
+            )
             if resp.status_code == 401:
                 answer = self._answer(resp.headers.get("WWW-Authenticate", ""), scope)
                 if answer:
                     self._auth_header = answer
-                    resp = requests.request(method, url, headers={**headers, **answer},
-                                            timeout=netpolicy.http_timeout())
+                    resp = requests.request(
+                        method, url, headers={**headers, **answer}, timeout=netpolicy.http_timeout()
+                    )
         except requests.RequestException as exc:
             raise RegistryUnreachable(self.host, what, exc) from None
         return resp
@@ -127,8 +150,9 @@ class RegistryClient:
         """Digest of repository:tag in the registry, or None when the tag does not exist."""
         path = self.registry.repo_path(repository)
         what = f"looking up {self.registry.ref(repository, tag)}"
-        resp = self._request("HEAD", f"/v2/{path}/manifests/{tag}", what, f"repository:{path}:pull",
-                             {"Accept": MANIFEST_TYPES})
+        resp = self._request(
+            "HEAD", f"/v2/{path}/manifests/{tag}", what, f"repository:{path}:pull", {"Accept": MANIFEST_TYPES}
+        )
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
@@ -148,8 +172,12 @@ class RegistryClient:
     def delete_manifest(self, repository: str, digest: str) -> bool:
         """Delete a manifest by digest (which removes every tag naming it); True when gone."""
         path = self.registry.repo_path(repository)
-        resp = self._request("DELETE", f"/v2/{path}/manifests/{digest}",
-                             f"deleting {self.registry.ref(repository)}@{digest}", f"repository:{path}:delete")
+        resp = self._request(
+            "DELETE",
+            f"/v2/{path}/manifests/{digest}",
+            f"deleting {self.registry.ref(repository)}@{digest}",
+            f"repository:{path}:delete",
+        )
         return resp.status_code in (200, 202, 404)
 
     def _http_error(self, status: int, what: str) -> EnvironmentProblem:
@@ -166,6 +194,7 @@ def answers(host: str, timeout: float = 5) -> None:
     """Raise RegistryUnreachable unless something answers at host's /v2/ (any HTTP status:
     a 401 still means the registry is there)."""
     import requests  # lazy: ~60 ms, only needed when a registry is involved
+
     try:
         requests.get(f"{base_url(host)}/v2/", timeout=timeout)
     except requests.RequestException as exc:

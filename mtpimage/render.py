@@ -8,6 +8,7 @@ by buildctx.py at build time (src/<name>/, patches/<name>/).
 
 The identity tag is `<profile>-<12 hex of sha256(plan digest, rendered context digest)>`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,9 +57,9 @@ def _env(images: Path) -> jinja2.Environment:
 @dataclass(frozen=True)
 class Rendered:
     plan: Plan
-    files: dict            # relative path -> bytes (sorted on output)
-    context_digest: str    # sha256 of the normalised tar of `files`
-    identity: str          # <profile>-<12 hex>
+    files: dict  # relative path -> bytes (sorted on output)
+    context_digest: str  # sha256 of the normalised tar of `files`
+    identity: str  # <profile>-<12 hex>
     # where local patch files are read from at build time (buildctx.py); not part of the output
     manifests_root: Path | None = field(default=None, compare=False)
 
@@ -94,8 +95,10 @@ def patch_name(index: int, patch) -> str:
 
 
 def _patch_mounts(c) -> list[dict]:
-    return [{"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
-            for i, p in enumerate(c.patches)]
+    return [
+        {"path": f"/tmp/mtp-patches/{c.name}/{patch_name(i, p)}", "strip": p.strip}
+        for i, p in enumerate(c.patches)
+    ]
 
 
 def _own_packages(plan: Plan, items: tuple[str, ...]) -> set[str]:
@@ -113,19 +116,41 @@ def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
         rows = [e for e in mine if e[3] == index]
         hashed = [e for e in rows if e[5] and e[0] not in sdists]
         if hashed:
-            steps.append({"kind": "locked", "name": f"{name}-{index}", "index_url": _index_url(plan, index),
-                          "file": f"{name}-{index}.txt", "patches": [],
-                          "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in hashed)})
+            steps.append(
+                {
+                    "kind": "locked",
+                    "name": f"{name}-{index}",
+                    "index_url": _index_url(plan, index),
+                    "file": f"{name}-{index}.txt",
+                    "patches": [],
+                    "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in hashed),
+                }
+            )
         built = [e for e in rows if e[5] and e[0] in sdists]
         if built:
-            steps.append({"kind": "sdist", "name": f"{name}-{index}-sdist", "index_url": _index_url(plan, index),
-                          "file": f"{name}-{index}-sdist.txt", "packages": [e[0] for e in built], "patches": [],
-                          "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built)})
+            steps.append(
+                {
+                    "kind": "sdist",
+                    "name": f"{name}-{index}-sdist",
+                    "index_url": _index_url(plan, index),
+                    "file": f"{name}-{index}-sdist.txt",
+                    "packages": [e[0] for e in built],
+                    "patches": [],
+                    "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built),
+                }
+            )
         # unreachable when locked (verl's wheelhouse from here): exact version, wheel only, no hash
         for e in rows:
             if not e[5]:
-                steps.append({"kind": "unhashed", "name": e[0], "index_url": _index_url(plan, index),
-                              "requirement": f"{e[0]}=={e[1]}", "patches": []})
+                steps.append(
+                    {
+                        "kind": "unhashed",
+                        "name": e[0],
+                        "index_url": _index_url(plan, index),
+                        "requirement": f"{e[0]}=={e[1]}",
+                        "patches": [],
+                    }
+                )
     return steps
 
 
@@ -133,8 +158,9 @@ def _locked_dependency_steps(plan: Plan, layer_name: str, items: tuple[str, ...]
     """The bottom part of a locked layer: its share of the resolved set, less the layer's own
     components. Heavy (torch, sglang's kernels) and stable across pin and patch bumps."""
     own = _own_packages(plan, items)
-    return _wheel_steps(plan, layer_name, [e for e in plan.locked
-                                           if e[2] == layer_name and canonical(e[0]) not in own])
+    return _wheel_steps(
+        plan, layer_name, [e for e in plan.locked if e[2] == layer_name and canonical(e[0]) not in own]
+    )
 
 
 def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
@@ -142,8 +168,9 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
     wheel by hash; git sources built from their commits with their locked build backends;
     then patches and records. Nothing is resolved here."""
     own = _own_packages(plan, items)
-    steps = _wheel_steps(plan, f"{layer_name}-self", [e for e in plan.locked
-                                                      if e[2] == layer_name and canonical(e[0]) in own])
+    steps = _wheel_steps(
+        plan, f"{layer_name}-self", [e for e in plan.locked if e[2] == layer_name and canonical(e[0]) in own]
+    )
     for item in items:
         c = plan.component(item)
         if c is None:
@@ -152,11 +179,18 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
             breq = [e for e in plan.locked if e[2] == f"build:{c.name}"]
-            steps.append({"kind": "git-locked", "name": c.name, "package": c.package,
-                          "index_url": _index_url(plan, c.index), "src": f"/tmp/mtp-src/{c.name}{sub}",
-                          "build_file": f"build-{c.name}.txt" if breq else None,
-                          "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in breq),
-                          "patches": patches})
+            steps.append(
+                {
+                    "kind": "git-locked",
+                    "name": c.name,
+                    "package": c.package,
+                    "index_url": _index_url(plan, c.index),
+                    "src": f"/tmp/mtp-src/{c.name}{sub}",
+                    "build_file": f"build-{c.name}.txt" if breq else None,
+                    "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in breq),
+                    "patches": patches,
+                }
+            )
         else:
             steps.append({"kind": "pypi-locked", "name": c.name, "package": c.package, "patches": patches})
     return steps
@@ -166,11 +200,15 @@ def _allowed_conflicts(plan: Plan) -> bytes:
     """What `pip check` may report in the image: declarations that lock.yaml's overrides and
     excludes replace, and the declared dependencies of sources installed without them."""
     from packaging.requirements import Requirement
-    required = sorted({Requirement(r).name.lower() for r, _w, _l in plan.overrides} |
-                      {n.lower() for n, _w, _l in plan.excludes})
+
+    required = sorted(
+        {Requirement(r).name.lower() for r, _w, _l in plan.overrides}
+        | {n.lower() for n, _w, _l in plan.excludes}
+    )
     dependents = sorted(c.package.lower() for c in plan.components if not c.deps_declared)
-    return (json.dumps({"required": required, "dependents": dependents}, indent=2, sort_keys=True)
-            + "\n").encode()
+    return (
+        json.dumps({"required": required, "dependents": dependents}, indent=2, sort_keys=True) + "\n"
+    ).encode()
 
 
 def _filled(steps: list[dict]) -> list[dict]:
@@ -184,14 +222,25 @@ def _install_layers(plan: Plan) -> list[dict]:
     bump): a verl bump rebuilds verl's own layer and the mode layer, not sglang's kernels."""
     layers = [layer for layer in plan.layers if layer.name not in (OS_LAYER, MODE_LAYER)]
     if not plan.locked:
-        return [{"name": layer.name, "members": list(layer.items),
-                 "steps": _layer_steps(plan, layer.name, layer.items)} for layer in layers]
+        return [
+            {
+                "name": layer.name,
+                "members": list(layer.items),
+                "steps": _layer_steps(plan, layer.name, layer.items),
+            }
+            for layer in layers
+        ]
     out = []
     for layer in layers:
         steps = _filled(_locked_dependency_steps(plan, layer.name, layer.items))
         if steps:
-            out.append({"name": f"{layer.name}-deps", "steps": steps,
-                        "members": [f"from PyPI for {', '.join(layer.items) or layer.name}"]})
+            out.append(
+                {
+                    "name": f"{layer.name}-deps",
+                    "steps": steps,
+                    "members": [f"from PyPI for {', '.join(layer.items) or layer.name}"],
+                }
+            )
     for layer in layers:
         steps = _filled(_locked_steps(plan, layer.name, layer.items))
         if steps and any(plan.component(i) is not None for i in layer.items):
@@ -206,10 +255,18 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
     for p in pkgs:
         by_index.setdefault(p.index, []).append(p.requirement)
     for index in sorted(by_index):
-        steps.append({"kind": "packages", "name": f"{layer_name}-{index}",
-                      "index_url": _index_url(plan, index),
-                      "extra_index_url": _index_url(plan, PYPI) if index != PYPI and PYPI in dict(plan.indexes) else None,
-                      "requirements": by_index[index], "patches": []})
+        steps.append(
+            {
+                "kind": "packages",
+                "name": f"{layer_name}-{index}",
+                "index_url": _index_url(plan, index),
+                "extra_index_url": _index_url(plan, PYPI)
+                if index != PYPI and PYPI in dict(plan.indexes)
+                else None,
+                "requirements": by_index[index],
+                "patches": [],
+            }
+        )
     for item in items:
         c = plan.component(item)
         if c is None:
@@ -218,15 +275,31 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
         extras = f"[{','.join(c.extras)}]" if c.extras else ""
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
-            steps.append({"kind": "git", "name": c.name, "package": c.package,
-                          "index_url": _index_url(plan, c.index),
-                          "build_requires": list(c.build_requires),
-                          "target": f"/tmp/mtp-src/{c.name}{sub}{extras}", "patches": patches})
+            steps.append(
+                {
+                    "kind": "git",
+                    "name": c.name,
+                    "package": c.package,
+                    "index_url": _index_url(plan, c.index),
+                    "build_requires": list(c.build_requires),
+                    "target": f"/tmp/mtp-src/{c.name}{sub}{extras}",
+                    "patches": patches,
+                }
+            )
         else:
-            steps.append({"kind": "pypi", "name": c.name, "package": c.package,
-                          "index_url": _index_url(plan, c.index),
-                          "extra_index_url": _index_url(plan, PYPI) if c.index != PYPI and PYPI in dict(plan.indexes) else None,
-                          "requirement": f"{c.package}{extras}=={c.version}", "patches": patches})
+            steps.append(
+                {
+                    "kind": "pypi",
+                    "name": c.name,
+                    "package": c.package,
+                    "index_url": _index_url(plan, c.index),
+                    "extra_index_url": _index_url(plan, PYPI)
+                    if c.index != PYPI and PYPI in dict(plan.indexes)
+                    else None,
+                    "requirement": f"{c.package}{extras}=={c.version}",
+                    "patches": patches,
+                }
+            )
     return steps
 
 
@@ -271,8 +344,11 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     install_layers = _install_layers(plan)
     template = _env(images).get_template("Dockerfile.j2")
     dockerfile = template.render(
-        plan=plan, builder_version=__version__, os_packages=list(plan.os_packages),
-        install_layers=install_layers, labels=labels(plan, IMAGE_REPOSITORY),
+        plan=plan,
+        builder_version=__version__,
+        os_packages=list(plan.os_packages),
+        install_layers=install_layers,
+        labels=labels(plan, IMAGE_REPOSITORY),
     )
     files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
     files.update(_tree(images / "lib", "build/lib"))

@@ -1,4 +1,5 @@
 """Human-readable output for check and dry-run (JSON output lives in cli.py)."""
+
 from __future__ import annotations
 
 from . import rules
@@ -21,8 +22,11 @@ def resolution_lines(plan: Plan) -> list[str]:
     lines = [f"  override {req}: {why} ({link})" for req, why, link in plan.overrides]
     lines += [f"  exclude  {name}: {why} ({link})" for name, why, link in plan.excludes]
     lines += [f"  sdist    {name}: {why}" for name, why in plan.sdists]
-    lines += [f"  no-deps  {c.package}: installed without its declared dependencies"
-              for c in plan.components if not c.deps_declared]
+    lines += [
+        f"  no-deps  {c.package}: installed without its declared dependencies"
+        for c in plan.components
+        if not c.deps_declared
+    ]
     lines += [f"  SUBSTITUTED {what}: {detail}" for what, detail in plan.substitutions]
     return lines
 
@@ -32,8 +36,10 @@ def print_check(plan: Plan, results: list[rules.RuleResult]) -> None:
     passed = sum(r.status == rules.PASS for r in results)
     na = sum(r.status == rules.NA for r in results)
     state = "FAILED" if errs else "ok"
-    print(f"{plan.profile}: {state} ({passed} passed, {na} not applicable, "
-          f"{len(errs)} errors, {len(rules.warnings(results))} warnings)")
+    print(
+        f"{plan.profile}: {state} ({passed} passed, {na} not applicable, "
+        f"{len(errs)} errors, {len(rules.warnings(results))} warnings)"
+    )
     for line in _rule_lines(results):
         print(line)
     res = resolution_lines(plan)

@@ -17,6 +17,7 @@ File selection: for every resolved `name==version` from a real index, the index'
 JSON page gives the files with their sha256; the wheel is the one whose best tag ranks first
 for the target (CPython 3.12, the base image's glibc, x86_64), as pip would pick it there.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,36 +46,41 @@ class ResolutionFailed(Exception):
 
 @dataclass
 class Resolved:
-    packages: dict = field(default_factory=dict)     # canonical name -> {"version", "via": [...], "stub": bool}
+    packages: dict = field(default_factory=dict)  # canonical name -> {"version", "via": [...], "stub": bool}
     seconds: float = 0.0
 
 
 def uv_bin() -> str:
     try:
         from uv import find_uv_bin
+
         return find_uv_bin()
     except (ImportError, FileNotFoundError):
         found = shutil.which("uv")
         if found:
             return found
-    raise EnvironmentProblem("uv is not installed (fix: pip install -r requirements.txt; "
-                             "`python build.py` does it on its first run)")
+    raise EnvironmentProblem(
+        "uv is not installed (fix: pip install -r requirements.txt; "
+        "`python build.py` does it on its first run)"
+    )
 
 
 def _uv_env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     env["UV_CACHE_DIR"] = str(cache_root() / "uv")
-    env["UV_NO_CONFIG"] = "1"            # a user's uv.toml must not change the answer
+    env["UV_NO_CONFIG"] = "1"  # a user's uv.toml must not change the answer
     env["UV_PYTHON_DOWNLOADS"] = "never"  # resolving for 3.12 needs no interpreter download (and
-                                          # asking for one costs seconds where GitHub is unreachable)
-    env["UV_HTTP_RETRIES"] = str(netpolicy.attempts())   # the network policy, as pip's --retries
+    # asking for one costs seconds where GitHub is unreachable)
+    env["UV_HTTP_RETRIES"] = str(netpolicy.attempts())  # the network policy, as pip's --retries
     if pydeps.ca_bundle():
         env["SSL_CERT_FILE"] = pydeps.ca_bundle()
     return env
 
 
-_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?"
-                   r"(?:==(?P<version>[^\s#]+)| @ (?P<url>\S+))\s*(?:#\s*via\s+(?P<via>.*))?$")
+_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?"
+    r"(?:==(?P<version>[^\s#]+)| @ (?P<url>\S+))\s*(?:#\s*via\s+(?P<via>.*))?$"
+)
 
 
 def parse_compiled(text: str) -> dict:
@@ -97,18 +103,27 @@ def parse_compiled(text: str) -> dict:
     return dict(sorted(out.items()))
 
 
-def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes: list[str],
-            index_urls: list[str], python: str, find_links: list[str] | None = None) -> Resolved:
+def resolve(
+    requirements: list[str],
+    stubs: dict,
+    overrides: list[str],
+    excludes: list[str],
+    index_urls: list[str],
+    python: str,
+    find_links: list[str] | None = None,
+) -> Resolved:
     """requirements: PEP 508 lines; stubs: name -> {"version", "requires", "extras"};
     index_urls: reachable indexes, the default (PyPI) first. Raises ResolutionFailed with
     uv's explanation of the conflict."""
     import time
+
     with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
         tmpd = Path(tmp)
         wheels = {}
         for name, spec in sorted(stubs.items()):
             wheels[canonicalize_name(name)] = pydeps.write_stub_wheel(
-                tmpd, name, spec["version"], list(spec.get("requires") or []), spec.get("extras") or {})
+                tmpd, name, spec["version"], list(spec.get("requires") or []), spec.get("extras") or {}
+            )
         lines = []
         for line in requirements:
             name = canonicalize_name(re.split(r"[\[=<>!~ ;@]", line, maxsplit=1)[0])
@@ -120,10 +135,26 @@ def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes
         (tmpd / "requirements.in").write_text("".join(f"{x}\n" for x in lines))
         (tmpd / "overrides.txt").write_text("".join(f"{x}\n" for x in overrides))
         (tmpd / "excludes.txt").write_text("".join(f"{x}\n" for x in excludes))
-        cmd = [uv_bin(), "pip", "compile", str(tmpd / "requirements.in"), "--quiet", "--no-header",
-               "--annotation-style", "line", "--python-version", python,
-               "--python-platform", UV_PLATFORM, "--prerelease", "if-necessary-or-explicit",
-               "--overrides", str(tmpd / "overrides.txt"), "--excludes", str(tmpd / "excludes.txt")]
+        cmd = [
+            uv_bin(),
+            "pip",
+            "compile",
+            str(tmpd / "requirements.in"),
+            "--quiet",
+            "--no-header",
+            "--annotation-style",
+            "line",
+            "--python-version",
+            python,
+            "--python-platform",
+            UV_PLATFORM,
+            "--prerelease",
+            "if-necessary-or-explicit",
+            "--overrides",
+            str(tmpd / "overrides.txt"),
+            "--excludes",
+            str(tmpd / "excludes.txt"),
+        ]
         if index_urls and index_urls[0]:
             cmd += ["--default-index", pydeps.rewrite(index_urls[0])]
             for url in index_urls[1:]:
@@ -137,7 +168,9 @@ def resolve(requirements: list[str], stubs: dict, overrides: list[str], excludes
         # needs is there; anything missing, or MTP_LOCK_REFRESH=1, asks the indexes again.
         proc = None
         if os.environ.get("MTP_LOCK_REFRESH") != "1" and index_urls:
-            proc = subprocess.run(cmd + ["--offline"], capture_output=True, text=True, env=_uv_env(), timeout=900)
+            proc = subprocess.run(
+                cmd + ["--offline"], capture_output=True, text=True, env=_uv_env(), timeout=900
+            )
         if proc is None or proc.returncode != 0:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=900)
         took = time.monotonic() - t0
@@ -175,6 +208,7 @@ def _html_files(url: str, text: str) -> list[dict]:
                 href = dict(attrs).get("href")
                 if href:
                     links.append(href)
+
     P().feed(text)
     files = []
     for href in links:
@@ -184,8 +218,9 @@ def _html_files(url: str, text: str) -> list[dict]:
         fname = base.rsplit("/", 1)[-1]
         if digest is None and fname.endswith((".whl", ".tar.gz")):
             h = hashlib.sha256()
-            with requests.get(base, timeout=netpolicy.http_timeout(),
-                              verify=pydeps.ca_bundle() or True, stream=True) as r:
+            with requests.get(
+                base, timeout=netpolicy.http_timeout(), verify=pydeps.ca_bundle() or True, stream=True
+            ) as r:
                 r.raise_for_status()
                 for chunk in r.iter_content(1 << 20):
                     h.update(chunk)
@@ -196,6 +231,7 @@ def _html_files(url: str, text: str) -> list[dict]:
 
 def _page(index_url: str, name: str) -> dict:
     import requests
+
     url = f"{pydeps.rewrite(index_url).rstrip('/')}/{name}/"
 
     class Unanswered(Exception):
@@ -203,8 +239,12 @@ def _page(index_url: str, name: str) -> dict:
 
     def once() -> dict:
         try:
-            r = requests.get(url, timeout=netpolicy.http_timeout(), verify=pydeps.ca_bundle() or True,
-                             headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            r = requests.get(
+                url,
+                timeout=netpolicy.http_timeout(),
+                verify=pydeps.ca_bundle() or True,
+                headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"},
+            )
             if r.status_code == 200:
                 if "json" in r.headers.get("content-type", ""):
                     return r.json()
@@ -221,16 +261,19 @@ def _page(index_url: str, name: str) -> dict:
         raise EnvironmentProblem(f"index {url} did not answer: {exc}") from None
 
 
-def choose_file(files: list[dict], name: str, version: str, tags: list, sdist_ok: bool = False) -> dict | None:
+def choose_file(
+    files: list[dict], name: str, version: str, tags: list, sdist_ok: bool = False
+) -> dict | None:
     rank = {t: i for i, t in enumerate(tags)}
     best = None
     for f in files:
         fn = f.get("filename", "")
         if sdist_ok and fn.endswith(".tar.gz") and not f.get("yanked"):
             from packaging.utils import parse_sdist_filename
+
             try:
                 sname, sver = parse_sdist_filename(fn)
-            except Exception:       # noqa: BLE001 - an odd name is simply not a candidate
+            except Exception:  # noqa: BLE001 - an odd name is simply not a candidate
                 continue
             if sname == canonicalize_name(name) and str(sver) == version and best is None:
                 best = (10**9, f)
@@ -269,9 +312,11 @@ def select_files(pins: dict[str, str], index_url: str, python: str, sdists: set[
             return name, json.loads(hit.read_text())
         chosen = choose_file(_page(index_url, name).get("files", []), name, version, tags, name in sdists)
         if chosen is None:
-            raise ResolutionFailed(f"{name}=={version}: no wheel for CPython {python} on "
-                                   f"{pydeps.PLATFORM} at {index_url} (an sdist is used only when "
-                                   "components.yaml resolution.sdists names the package)")
+            raise ResolutionFailed(
+                f"{name}=={version}: no wheel for CPython {python} on "
+                f"{pydeps.PLATFORM} at {index_url} (an sdist is used only when "
+                "components.yaml resolution.sdists names the package)"
+            )
         tmpf = hit.with_suffix(f".{os.getpid()}.tmp")
         tmpf.write_text(json.dumps(chosen, sort_keys=True))
         tmpf.replace(hit)

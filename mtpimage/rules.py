@@ -8,6 +8,7 @@ A predicate looks at the Plan and the facts and returns a Verdict:
            (`check --probe-sources`, the lock) can. Reported, never silently passed.
 A probe's verdict, when given, overrides the known-commit lists.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,16 +46,22 @@ class RuleResult:
     rule: Rule
     status: str
     detail: str
-    source: str          # "known-pins" | "probe" | "manifest"
+    source: str  # "known-pins" | "probe" | "manifest"
 
     @property
     def violated(self) -> bool:
         return self.status == FAIL
 
     def to_dict(self) -> dict:
-        return {"id": self.rule.id, "severity": self.rule.severity, "status": self.status,
-                "detail": self.detail, "message": self.rule.message, "fix": self.rule.fix,
-                "evidence": self.source}
+        return {
+            "id": self.rule.id,
+            "severity": self.rule.severity,
+            "status": self.status,
+            "detail": self.detail,
+            "message": self.rule.message,
+            "fix": self.rule.fix,
+            "evidence": self.source,
+        }
 
 
 @cache
@@ -67,8 +74,12 @@ def facts() -> dict:
 
 
 def rules() -> list[Rule]:
-    return [Rule(r["id"], r["severity"], r["predicate"], " ".join(r["message"].split()),
-                 " ".join(r["fix"].split())) for r in _data()["rules"]]
+    return [
+        Rule(
+            r["id"], r["severity"], r["predicate"], " ".join(r["message"].split()), " ".join(r["fix"].split())
+        )
+        for r in _data()["rules"]
+    ]
 
 
 PREDICATES: dict[str, Callable[[Plan, dict], Verdict]] = {}
@@ -123,10 +134,16 @@ def recompute_padding_mask(plan: Plan, f: dict) -> Verdict:
         known = facts_m["commits"].get(mc.commit)
         if known is not None:
             status = FAIL if known["padding_mask_bug"] else PASS
-            return Verdict(status, f"megatron-lm {mc.commit[:10]} ({known['ref']})"
-                           + (" lacks the fix" if status == FAIL else " is known good"))
-        return Verdict(UNKNOWN, f"megatron-lm {mc.commit[:10]} is in no known list; "
-                       "run `check --probe-sources` to inspect its source")
+            return Verdict(
+                status,
+                f"megatron-lm {mc.commit[:10]} ({known['ref']})"
+                + (" lacks the fix" if status == FAIL else " is known good"),
+            )
+        return Verdict(
+            UNKNOWN,
+            f"megatron-lm {mc.commit[:10]} is in no known list; "
+            "run `check --probe-sources` to inspect its source",
+        )
     v = _version(mc.version)
     if v is None:
         return Verdict(UNKNOWN, f"megatron-core version {mc.version!r} not understood")
@@ -165,8 +182,7 @@ def sglang_rollout_fix(plan: Plan, f: dict) -> Verdict:
     if sg.source == "git" and sg.commit in fs["fixed_commits"]:
         return Verdict(PASS, f"sglang {sg.commit[:10]} ({fs['fixed_commits'][sg.commit]})")
     if sg.source == "git":
-        return Verdict(UNKNOWN, f"sglang {sg.commit[:10]} is in no known list; "
-                       "run `check --probe-sources`")
+        return Verdict(UNKNOWN, f"sglang {sg.commit[:10]} is in no known list; run `check --probe-sources`")
     return Verdict(FAIL, f"sglang {sg.version} from PyPI without the fix patch")
 
 
@@ -183,8 +199,9 @@ def mimo_needs_bridge_2387(plan: Plan, f: dict) -> Verdict:
     if br.source == "git":
         if br.commit in fb["commits_with_2387"]:
             return Verdict(PASS, f"megatron-bridge {br.commit[:10]} ({fb['commits_with_2387'][br.commit]})")
-        return Verdict(UNKNOWN, f"megatron-bridge {br.commit[:10]} is in no known list; "
-                       "run `check --probe-sources`")
+        return Verdict(
+            UNKNOWN, f"megatron-bridge {br.commit[:10]} is in no known list; run `check --probe-sources`"
+        )
     v = _version(br.version)
     if v is not None and _base(v) >= Version(fb["pypi_with_2387_from"]):
         return Verdict(PASS, f"megatron-bridge {v}")
@@ -207,7 +224,9 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
         return Verdict(PASS, f"{what} is not known to use ModelType.encoder_and_decoder")
     mv = megatron_version(plan, f)
     if mv is None:
-        return Verdict(UNKNOWN, f"{what} needs megatron-core < 0.17; the pinned Megatron's version is unknown")
+        return Verdict(
+            UNKNOWN, f"{what} needs megatron-core < 0.17; the pinned Megatron's version is unknown"
+        )
     if _base(mv) >= Version(f["mbridge"]["mcore_min_version"]):
         return Verdict(FAIL, f"{what} with megatron-core {mv}")
     return Verdict(PASS, f"{what} with megatron-core {mv} (< 0.17)")
@@ -238,11 +257,17 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
         # PyPI carries one CUDA build per torch release, without a local version tag
         tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
     if tag is None:
-        return Verdict(FAIL, f"torch {torch.version} has no +cuXYZ build tag and is not a known "
-                       "CUDA build on PyPI (a CPU or default build)")
+        return Verdict(
+            FAIL,
+            f"torch {torch.version} has no +cuXYZ build tag and is not a known "
+            "CUDA build on PyPI (a CPU or default build)",
+        )
     if tag != want:
-        return Verdict(FAIL, f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
-                       f"the base image has CUDA {plan.cuda}")
+        return Verdict(
+            FAIL,
+            f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
+            f"the base image has CUDA {plan.cuda}",
+        )
     image_tag = plan.base_image.split("@")[0].rsplit(":", 1)[-1]
     if not image_tag.startswith(plan.cuda):
         return Verdict(FAIL, f"base image tag {image_tag} does not match platform.cuda {plan.cuda}")
@@ -307,5 +332,4 @@ def errors(results: list[RuleResult]) -> list[RuleResult]:
 
 
 def warnings(results: list[RuleResult]) -> list[RuleResult]:
-    return [r for r in results if (r.violated and r.rule.severity == "warning")
-            or r.status == UNKNOWN]
+    return [r for r in results if (r.violated and r.rule.severity == "warning") or r.status == UNKNOWN]

@@ -4,6 +4,7 @@ Schema-first input (as in stackinator): `additionalProperties: false` everywhere
 defaults injected during validation, and every error turned into
 "file:line: key: what was expected".
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,9 +22,15 @@ from .errors import InputError
 from .yamlsource import SourceDoc
 
 SCHEMA_VERSION = 1
-_TYPE_WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
-               "boolean": "true or false", "array": "a list", "object": "a mapping",
-               "null": "null"}
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
 
 
 @cache
@@ -101,7 +108,7 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str | None]:
 
 def _first_error(validator, instance) -> jsonschema.ValidationError | None:
     error = best_match(validator.iter_errors(instance))
-    while error is not None and error.context:   # descend into oneOf/anyOf/if-then
+    while error is not None and error.context:  # descend into oneOf/anyOf/if-then
         error = best_match(error.context)
     return error
 

@@ -5,6 +5,7 @@ stored locally, uncompressed, from `docker history`), the total, and the profile
 `size_budget_gb` when it has one; it raises SizeBudgetExceeded (exit 1) when the image
 is larger than the budget, so a too-big image is never tagged or pushed.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from . import engine
 from .errors import EXIT_RULES, BuilderError
 
-GB = 1000 ** 3
+GB = 1000**3
 
 
 class SizeBudgetExceeded(BuilderError):
@@ -22,9 +23,9 @@ class SizeBudgetExceeded(BuilderError):
 
 @dataclass(frozen=True)
 class LayerRow:
-    index: int          # 0 = first layer of the base image
-    size: int           # bytes, uncompressed
-    created_by: str     # the Dockerfile instruction, shortened
+    index: int  # 0 = first layer of the base image
+    size: int  # bytes, uncompressed
+    created_by: str  # the Dockerfile instruction, shortened
 
 
 def human(n: float) -> str:
@@ -40,28 +41,29 @@ def _short(created_by: str, width: int = 64) -> str:
     if not text:
         return "(base image)"
     names = re.findall(r"mtp_install\.py record --name (\S+)", text)
-    if names:                                # one catalogue layer of the template
+    if names:  # one catalogue layer of the template
         return "RUN install " + ", ".join(names)
     files = re.findall(r"-r /tmp/mtp-build/requirements/(\S+?)-\w+\.txt", text)
-    if files:                                # a locked layer's PyPI dependencies
+    if files:  # a locked layer's PyPI dependencies
         return f"RUN install {files[0]} dependencies"
     for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
         if text.startswith(prefix):
-            text = text[len(prefix):]
-    if "-euc " in text:                      # RUN under the template's bash SHELL
+            text = text[len(prefix) :]
+    if "-euc " in text:  # RUN under the template's bash SHELL
         text = "RUN " + text.split("-euc ", 1)[1]
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def layer_rows(image: str) -> list[LayerRow]:
     """Layers of `image` that hold bytes, oldest first (metadata-only steps are left out)."""
-    proc = engine.docker("history", "--no-trunc", "--human=false",
-                         "--format", "{{.Size}}\t{{.CreatedBy}}", image)
+    proc = engine.docker(
+        "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", image
+    )
     entries = []
     for line in proc.stdout.decode(errors="replace").splitlines():
         size, _, created = line.partition("\t")
         entries.append((int(size or 0), created))
-    entries.reverse()                        # docker history lists newest first
+    entries.reverse()  # docker history lists newest first
     return [LayerRow(i, size, _short(created)) for i, (size, created) in enumerate(entries) if size > 0]
 
 
@@ -84,7 +86,8 @@ def check_budget(profile: str, budget_gb: float | None, total: int) -> str | Non
         raise SizeBudgetExceeded(
             f"image of profile {profile} is {human(total)}, over its size_budget_gb {budget_gb:g} "
             f"({human(total - limit)} too much; the image was not tagged) (fix: drop packages, or "
-            f"raise size_budget_gb in manifests/profiles/{profile}.yaml)")
+            f"raise size_budget_gb in manifests/profiles/{profile}.yaml)"
+        )
     return f"size    {human(total)} of the {budget_gb:g} GB budget ({100.0 * total / limit:.0f}%)"
 
 

@@ -10,6 +10,7 @@ A tree only appears under its final name once complete: it is fetched into a tem
 directory next to it and renamed, so concurrent runs and interrupted fetches never leave
 a half tree behind.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,15 +30,25 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 # Git's messages when the host cannot be reached at all (offline, air-gapped without a
 # mirror): the lock records the source as unverified instead of failing.
 OFFLINE_PATTERNS = (
-    "could not resolve host", "name or service not known", "temporary failure in name resolution",
-    "network is unreachable", "no route to host", "could not resolve hostname",
+    "could not resolve host",
+    "name or service not known",
+    "temporary failure in name resolution",
+    "network is unreachable",
+    "no route to host",
+    "could not resolve hostname",
     "nodename nor servname",
 )
 # Messages that say the commit/ref is not there: never retried.
 MISSING_PATTERNS = (
-    "not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object",
-    "not a tree object", "repository not found", "does not appear to be a git repository",
-    "remote error: access denied", "unknown revision",
+    "not our ref",
+    "couldn't find remote ref",
+    "no such remote ref",
+    "unadvertised object",
+    "not a tree object",
+    "repository not found",
+    "does not appear to be a git repository",
+    "remote error: access denied",
+    "unknown revision",
 )
 
 
@@ -67,7 +78,7 @@ class Tree:
     repo: str
     commit: str
     path: Path
-    cached: bool      # True when it was already in the cache
+    cached: bool  # True when it was already in the cache
 
 
 def _env() -> dict:
@@ -78,23 +89,34 @@ def _env() -> dict:
     return env
 
 
-def git(*args: str, cwd: Path | None = None, timeout: float | None = None,
-        input: str | None = None) -> subprocess.CompletedProcess:
+def git(
+    *args: str, cwd: Path | None = None, timeout: float | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
     cmd = ["git"] + (["-C", str(cwd)] if cwd else []) + list(args)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, env=_env(), input=input,
-                              timeout=timeout or netpolicy.git_timeout())
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=_env(),
+            input=input,
+            timeout=timeout or netpolicy.git_timeout(),
+        )
     except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "",
-                                           f"timed out after {exc.timeout:.0f} s")
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", f"timed out after {exc.timeout:.0f} s")
 
 
 def _retrying(fn):
     """Call fn() under the network policy, retrying transient git errors (not offline, not
     missing, not a blob the mirror lacks)."""
+
     def transient(exc: BaseException) -> bool:
-        return (isinstance(exc, GitError) and not exc.offline and not exc.missing
-                and "unable to read" not in exc.stderr.lower())
+        return (
+            isinstance(exc, GitError)
+            and not exc.offline
+            and not exc.missing
+            and "unable to read" not in exc.stderr.lower()
+        )
 
     return netpolicy.retrying(transient)(fn)
 
@@ -120,7 +142,7 @@ def ls_remote(repo: str, ref: str) -> str:
         sha, _, name = line.partition("\t")
         found[name.strip()] = sha.strip()
     for c in candidates:
-        if f"{c}^{{}}" in found:     # annotated tag: the commit it points at
+        if f"{c}^{{}}" in found:  # annotated tag: the commit it points at
             return found[f"{c}^{{}}"]
         if c in found:
             return found[c]
@@ -162,15 +184,26 @@ def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
     (--filter=blob:none; the mirror needs uploadpack.allowFilter), then check out every path
     except those whose blob the mirror cannot give, named one failed checkout at a time.
     The commit is still verified by hash; the missing paths are returned and recorded."""
+
     def run(*args: str, what: str, ok_fail: bool = False):
         proc = git(*args, cwd=tmp)
         if proc.returncode != 0 and not ok_fail:
             raise GitError(repo, what, proc.stderr, commit)
         return proc
+
     run("remote", "add", "origin", repo, what="git remote add")
     run("config", "extensions.partialClone", "origin", what="git config")
-    run("fetch", "-q", "--depth", "1", "--no-tags", "--filter=blob:none", "origin", commit,
-        what="git fetch --filter=blob:none")
+    run(
+        "fetch",
+        "-q",
+        "--depth",
+        "1",
+        "--no-tags",
+        "--filter=blob:none",
+        "origin",
+        commit,
+        what="git fetch --filter=blob:none",
+    )
     listing = run("ls-tree", "-r", "-z", "--full-tree", "FETCH_HEAD", what="git ls-tree").stdout
     by_blob: dict[str, list[str]] = {}
     for entry in listing.split("\0"):
@@ -180,13 +213,31 @@ def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
     missing: list[str] = []
     for _ in range(50):
         if missing:
-            run("sparse-checkout", "set", "--no-cone", "/*", *[f"!/{p}" for p in missing],
-                what="git sparse-checkout")
-        proc = run("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
-                   what="git checkout", ok_fail=True)
+            run(
+                "sparse-checkout",
+                "set",
+                "--no-cone",
+                "/*",
+                *[f"!/{p}" for p in missing],
+                what="git sparse-checkout",
+            )
+        proc = run(
+            "-c",
+            "advice.detachedHead=false",
+            "checkout",
+            "-q",
+            "--detach",
+            "FETCH_HEAD",
+            what="git checkout",
+            ok_fail=True,
+        )
         if proc.returncode == 0:
             return sorted(missing)
-        shas = [s for s in re.findall(r"(?:unable to read|not our ref) ([0-9a-f]{40})", proc.stderr) if s in by_blob]
+        shas = [
+            s
+            for s in re.findall(r"(?:unable to read|not our ref) ([0-9a-f]{40})", proc.stderr)
+            if s in by_blob
+        ]
         if not shas:
             raise GitError(repo, "git checkout (partial)", proc.stderr, commit)
         for sha in shas:
@@ -209,6 +260,7 @@ def fetch(repo: str, commit: str) -> Tree:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{commit[:12]}-", dir=final.parent))
     try:
+
         def step(*args: str, what: str) -> None:
             proc = git(*args, cwd=tmp)
             if proc.returncode != 0:
@@ -218,10 +270,20 @@ def fetch(repo: str, commit: str) -> Tree:
         step("config", "core.autocrlf", "false", what="git config")
         missing: list[str] = []
         try:
-            _retrying(lambda: step("fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit,
-                                   what="git fetch --depth 1"))
-            step("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD",
-                 what="git checkout")
+            _retrying(
+                lambda: step(
+                    "fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit, what="git fetch --depth 1"
+                )
+            )
+            step(
+                "-c",
+                "advice.detachedHead=false",
+                "checkout",
+                "-q",
+                "--detach",
+                "FETCH_HEAD",
+                what="git checkout",
+            )
         except GitError as exc:
             if not (_allow_missing() and "unable to read" in exc.stderr.lower()):
                 raise
@@ -234,7 +296,7 @@ def fetch(repo: str, commit: str) -> Tree:
         try:
             os.rename(tmp, final)
         except OSError:
-            if not (final / ".git").is_dir():   # not a concurrent winner: a real problem
+            if not (final / ".git").is_dir():  # not a concurrent winner: a real problem
                 raise
         return Tree(repo, commit, final, False)
     finally:
@@ -255,6 +317,7 @@ def remembering_fetch():
         except GitError as exc:
             failures[(repo, commit)] = exc
             raise
+
     return fetch_once
 
 
@@ -271,14 +334,34 @@ def apply_check(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
 # diff.algorithm, diff.renames, diff.orderFile, core.abbrev, color.ui, diff.external, ...):
 # full blob ids (an abbreviation's length depends on how many objects the repository holds),
 # a/ b/ prefixes, 3 lines of context, Myers with the indent heuristic (git's defaults).
-DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--full-index", "--no-renames",
-                "--src-prefix=a/", "--dst-prefix=b/", "--unified=3", "--inter-hunk-context=0",
-                "--diff-algorithm=myers", "--indent-heuristic", "--ignore-submodules=none",
-                "--submodule=short", "--no-relative", "-O/dev/null")
+DIFF_OPTIONS = (
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--full-index",
+    "--no-renames",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--unified=3",
+    "--inter-hunk-context=0",
+    "--diff-algorithm=myers",
+    "--indent-heuristic",
+    "--ignore-submodules=none",
+    "--submodule=short",
+    "--no-relative",
+    "-O/dev/null",
+)
 DIFF_CONFIG = ("core.quotePath=true", "diff.suppressBlankEmpty=false", "core.attributesFile=/dev/null")
 # Environment variables git reads that would change a diff's bytes.
-_DIFF_ENV_DROP = ("GIT_DIFF_OPTS", "GIT_EXTERNAL_DIFF", "GIT_DIFF_PATH_COUNTER", "GIT_DIFF_PATH_TOTAL",
-                  "GIT_ICASE_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS")
+_DIFF_ENV_DROP = (
+    "GIT_DIFF_OPTS",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_DIFF_PATH_COUNTER",
+    "GIT_DIFF_PATH_TOTAL",
+    "GIT_ICASE_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+)
 
 
 def diff_command(base: str, head: str, paths: tuple[str, ...] = ()) -> str:
@@ -290,7 +373,9 @@ def diff_command(base: str, head: str, paths: tuple[str, ...] = ()) -> str:
 _DIFFS: dict[tuple, tuple[bytes, tuple[str, ...]]] = {}
 
 
-def commit_diff(repo: str, base: str, head: str, paths: tuple[str, ...] = ()) -> tuple[bytes, tuple[str, ...]]:
+def commit_diff(
+    repo: str, base: str, head: str, paths: tuple[str, ...] = ()
+) -> tuple[bytes, tuple[str, ...]]:
     """(the diff base..head limited to `paths`, the files it changes), from the two commits
     fetched like every git source (fetch(): cache by repository and commit, retries,
     url.insteadOf mirrors). The diff runs in the head's cached repository with the base's
@@ -304,25 +389,36 @@ def commit_diff(repo: str, base: str, head: str, paths: tuple[str, ...] = ()) ->
     env = _env()
     for name in _DIFF_ENV_DROP:
         env.pop(name, None)
-    env["GIT_LITERAL_PATHSPECS"] = "1"     # paths are file names, never pathspec magic or globs
+    env["GIT_LITERAL_PATHSPECS"] = "1"  # paths are file names, never pathspec magic or globs
     env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(b.path / ".git" / "objects")
     # Run inside .git: no work tree, so no .gitattributes of a checkout changes the output.
     base_cmd = ["git", *[a for c in DIFF_CONFIG for a in ("-c", c)], "-C", str(h.path / ".git"), "diff"]
 
     def run(*args: str) -> bytes:
         try:
-            proc = subprocess.run([*base_cmd, *args, base, head, "--", *paths], capture_output=True,
-                                  env=env, timeout=netpolicy.git_timeout())
+            proc = subprocess.run(
+                [*base_cmd, *args, base, head, "--", *paths],
+                capture_output=True,
+                env=env,
+                timeout=netpolicy.git_timeout(),
+            )
         except subprocess.TimeoutExpired as exc:
-            raise GitError(repo, f"git diff {base[:12]}..{head[:12]}", f"timed out after {exc.timeout:.0f} s",
-                           head) from None
+            raise GitError(
+                repo, f"git diff {base[:12]}..{head[:12]}", f"timed out after {exc.timeout:.0f} s", head
+            ) from None
         if proc.returncode != 0:
-            raise GitError(repo, f"git diff {base[:12]}..{head[:12]}", proc.stderr.decode(errors="replace"),
-                           head)
+            raise GitError(
+                repo, f"git diff {base[:12]}..{head[:12]}", proc.stderr.decode(errors="replace"), head
+            )
         return proc.stdout
 
     data = run(*DIFF_OPTIONS)
-    files = tuple(x for x in run("--name-only", "-z", "--no-renames", "--no-relative",
-                                 "--ignore-submodules=none").decode(errors="surrogateescape").split("\0") if x)
+    files = tuple(
+        x
+        for x in run("--name-only", "-z", "--no-renames", "--no-relative", "--ignore-submodules=none")
+        .decode(errors="surrogateescape")
+        .split("\0")
+        if x
+    )
     _DIFFS[key] = (data, files)
     return data, files

@@ -11,6 +11,7 @@ strings. The four pinned sources declare their metadata statically enough to rea
     module-level list literal: verl's setup.py).
 Anything else is refused with the fix (declare it in components.yaml), never guessed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,8 @@ class SourceMetadata:
     name: str
     version: str
     requires: tuple[str, ...]
-    extras: dict = field(default_factory=dict)       # extra -> tuple of requirements
-    where: str = ""                                  # which files said so
+    extras: dict = field(default_factory=dict)  # extra -> tuple of requirements
+    where: str = ""  # which files said so
 
 
 def _literal(node: ast.AST, scope: dict[str, ast.AST]):
@@ -53,8 +54,11 @@ def _attr_version(tree: Path, attr: str, package_dirs: dict) -> str:
     module, _, name = attr.rpartition(".")
     base = Path(package_dirs.get("", "."))
     rel = Path(*module.split("."))
-    for cand in (tree / base / rel.with_suffix(".py"), tree / base / rel / "__init__.py",
-                 tree / "src" / rel.with_suffix(".py")):
+    for cand in (
+        tree / base / rel.with_suffix(".py"),
+        tree / base / rel / "__init__.py",
+        tree / "src" / rel.with_suffix(".py"),
+    ):
         if cand.is_file():
             mod = ast.parse(cand.read_text(encoding="utf-8"))
             scope = _module_scope(mod)
@@ -66,12 +70,14 @@ def _attr_version(tree: Path, attr: str, package_dirs: dict) -> str:
             except ValueError:
                 pass
             # Megatron/Bridge: __version__ = __shortversion__ (+ PRE_RELEASE), from VERSION parts
-            parts = {k: _literal(scope[k], scope) for k in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
-                     if k in scope}
+            parts = {
+                k: _literal(scope[k], scope) for k in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE") if k in scope
+            }
             if {"MAJOR", "MINOR", "PATCH"} <= set(parts):
                 return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE') or ''}"
-            raise MetadataUnreadable(f"{cand.relative_to(tree)}: {name} is computed in a way this reader "
-                                     "does not follow")
+            raise MetadataUnreadable(
+                f"{cand.relative_to(tree)}: {name} is computed in a way this reader does not follow"
+            )
     raise MetadataUnreadable(f"version attribute {attr} not found")
 
 

@@ -10,6 +10,7 @@ The Plan keeps the manifests' pins and the lock (so --frozen still holds), carri
 substitution in `substitutions`, and so in its digest, the image identity, the version
 vector and a label: a substituted image can never pass for the real one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,28 +25,44 @@ _DIGESTED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9._-]+@sha256:[0-9a-f]
 
 def apply(plan: Plan, base: str | None = None, omit: list[str] | None = None) -> Plan:
     base = base if base is not None else os.environ.get("MTP_SUBSTITUTE_BASE", "")
-    omit = omit if omit is not None else [x for x in re.split(r"[,\s]+", os.environ.get("MTP_OMIT_PACKAGES", "")) if x]
+    omit = (
+        omit
+        if omit is not None
+        else [x for x in re.split(r"[,\s]+", os.environ.get("MTP_OMIT_PACKAGES", "")) if x]
+    )
     subs: list[tuple[str, str]] = []
     changes: dict = {}
     if base:
         if not _DIGESTED.match(base):
-            raise InputError("MTP_SUBSTITUTE_BASE", None, f"{base!r} is not NAME:TAG@sha256:<64 hex>",
-                             "pin the substitute base by digest (push it to a registry to get one)")
+            raise InputError(
+                "MTP_SUBSTITUTE_BASE",
+                None,
+                f"{base!r} is not NAME:TAG@sha256:<64 hex>",
+                "pin the substitute base by digest (push it to a registry to get one)",
+            )
         subs.append(("base_image", f"{plan.base_image} -> {base}"))
         changes.update(base_image=base, base_digest=base.split("@", 1)[1])
     if omit:
         names = {p.name for p in plan.packages}
         unknown = sorted(set(omit) - names)
         if unknown:
-            raise InputError("MTP_OMIT_PACKAGES", None, f"not a package of {plan.profile}: {', '.join(unknown)}",
-                             f"use some of: {', '.join(sorted(names))}")
+            raise InputError(
+                "MTP_OMIT_PACKAGES",
+                None,
+                f"not a package of {plan.profile}: {', '.join(unknown)}",
+                f"use some of: {', '.join(sorted(names))}",
+            )
         for name in sorted(set(omit)):
             p = plan.package(name)
             subs.append(("omitted", f"{name}=={p.version} ({p.index})"))
-        changes.update(packages=tuple(p for p in plan.packages if p.name not in omit),
-                       layers=tuple(dataclasses.replace(layer, items=tuple(i for i in layer.items if i not in omit))
-                                    for layer in plan.layers),
-                       locked=tuple(e for e in plan.locked if e[0] not in omit))
+        changes.update(
+            packages=tuple(p for p in plan.packages if p.name not in omit),
+            layers=tuple(
+                dataclasses.replace(layer, items=tuple(i for i in layer.items if i not in omit))
+                for layer in plan.layers
+            ),
+            locked=tuple(e for e in plan.locked if e[0] not in omit),
+        )
     if not subs:
         return plan
     return dataclasses.replace(plan, substitutions=tuple(subs), **changes)

@@ -4,6 +4,7 @@ A pure function of the Plan (no clock, no host facts), so the same Plan renders 
 same bytes. The in-image checks compare what is installed against it, and
 images/checks/gpu_check.py reads its `mode` and `engine`.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,22 @@ def probes_for(plan: Plan) -> list[str]:
     f = rules.facts()
     out = []
     rc = plan.recompute or {}
-    if rc.get("granularity") == "full" and modes.get(plan.mode).trains_mtp \
-            and plan.component("megatron-lm") is not None:
+    if (
+        rc.get("granularity") == "full"
+        and modes.get(plan.mode).trains_mtp
+        and plan.component("megatron-lm") is not None
+    ):
         out.append("recompute-padding-mask")
     sg = plan.component("sglang")
     if sg is not None and f["sglang"]["fix_patch_provides"] in sg.provides():
         out.append("sglang-ipc-unwrap")
     if plan.component("mbridge") is not None and plan.engine_dict().get("bridge") == "mbridge":
         out.append("mbridge-mcore-017")
-    if "mimo" in plan.models and plan.engine_dict().get("bridge") == "megatron-bridge" \
-            and plan.component("megatron-bridge") is not None:
+    if (
+        "mimo" in plan.models
+        and plan.engine_dict().get("bridge") == "megatron-bridge"
+        and plan.component("megatron-bridge") is not None
+    ):
         out.append("mimo-needs-bridge-2387")
     return out
 
@@ -44,8 +51,13 @@ def _patch(p) -> dict:
     """A patch as the image records it. `file` is its name in the build context for a patch
     by reference (the in-image checks match the applied files by it), its manifests path for
     a local file."""
-    d = {"file": p.name if p.repo else p.file, "sha256": p.sha256, "url": p.url, "strip": p.strip,
-         "provides": list(p.provides)}
+    d = {
+        "file": p.name if p.repo else p.file,
+        "sha256": p.sha256,
+        "url": p.url,
+        "strip": p.strip,
+        "provides": list(p.provides),
+    }
     if p.repo:
         d.update(repo=p.repo, base=p.base, head=p.head, paths=list(p.paths))
     return d
@@ -56,13 +68,25 @@ def version_vector(plan: Plan) -> dict:
     mode = modes.get(plan.mode)
     components = []
     for c in plan.components:
-        components.append({
-            "name": c.name, "source": c.source, "package": c.package, "layer": c.layer,
-            "repo": c.repo, "ref": c.ref, "commit": c.commit, "version": c.version,
-            "index": c.index, "extras": list(c.extras), "dependencies_declared": c.deps_declared,
-            "entry_checks": [dict(e) for e in c.entry_checks if e.get("target", "") in ("",) + plan.targets],
-            "patches": [_patch(p) for p in c.patches],
-        })
+        components.append(
+            {
+                "name": c.name,
+                "source": c.source,
+                "package": c.package,
+                "layer": c.layer,
+                "repo": c.repo,
+                "ref": c.ref,
+                "commit": c.commit,
+                "version": c.version,
+                "index": c.index,
+                "extras": list(c.extras),
+                "dependencies_declared": c.deps_declared,
+                "entry_checks": [
+                    dict(e) for e in c.entry_checks if e.get("target", "") in ("",) + plan.targets
+                ],
+                "patches": [_patch(p) for p in c.patches],
+            }
+        )
     return {
         "schema": VECTOR_SCHEMA,
         "builder": {"name": "mtp-image-builder", "version": __version__},
@@ -82,15 +106,25 @@ def version_vector(plan: Plan) -> dict:
         "base_image": plan.base_image,
         "plan_digest": plan.digest,
         "components": components,
-        "packages": [{"name": p.name, "version": p.version, "index": p.index, "layer": p.layer,
-                      "extras": list(p.extras)} for p in plan.packages],
+        "packages": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "index": p.index,
+                "layer": p.layer,
+                "extras": list(p.extras),
+            }
+            for p in plan.packages
+        ],
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
         "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
         "probes": {pid: probe_specs()[pid] for pid in probes_for(plan)},
-        "resolution": {"overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
-                       "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
-                       "sdists": [{"package": n, "why": w} for n, w in plan.sdists]},
+        "resolution": {
+            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+            "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
+            "sdists": [{"package": n, "why": w} for n, w in plan.sdists],
+        },
         "python_packages": {e[0]: e[1] for e in plan.locked if not e[2].startswith("build:")},
         "substitutions": [{"what": w, "detail": d} for w, d in plan.substitutions],
     }
@@ -106,11 +140,11 @@ def _git(*args: str) -> str | None:
     import subprocess
 
     from .locations import CHECKOUT
+
     if CHECKOUT is None:
         return None
     try:
-        proc = subprocess.run(["git", "-C", str(CHECKOUT), *args],
-                              capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
@@ -120,6 +154,7 @@ def project_url() -> str | None:
     """Where this project (the image's definition) lives: MTP_PROJECT_URL, else GitHub Actions'
     repository, else an https `origin` remote; None when none is known (no label then)."""
     import os
+
     if os.environ.get("MTP_PROJECT_URL"):
         return os.environ["MTP_PROJECT_URL"]
     if os.environ.get("GITHUB_SERVER_URL") and os.environ.get("GITHUB_REPOSITORY"):
@@ -135,18 +170,25 @@ def identity_labels(identity: str) -> dict[str, str]:
     `created` only from SOURCE_DATE_EPOCH, so a reproducible build stays reproducible."""
     import datetime
     import os
+
     out = {f"{LABEL_NS}.identity": identity}
     url = project_url()
     if url:
-        out.update({"org.opencontainers.image.source": url, "org.opencontainers.image.url": url,
-                    "org.opencontainers.image.documentation": f"{url}#readme"})
+        out.update(
+            {
+                "org.opencontainers.image.source": url,
+                "org.opencontainers.image.url": url,
+                "org.opencontainers.image.documentation": f"{url}#readme",
+            }
+        )
     rev = _git("rev-parse", "HEAD")
     if rev:
         out["org.opencontainers.image.revision"] = rev
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
     if epoch.isdigit():
         out["org.opencontainers.image.created"] = datetime.datetime.fromtimestamp(
-            int(epoch), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            int(epoch), datetime.UTC
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
     return out
 
 

@@ -15,6 +15,7 @@ compared with an image and plan-format dicts with version-vector-format dicts:
 
 Descriptive text (summary, choose_when) and the profile name are not part of the comparison.
 """
+
 from __future__ import annotations
 
 import io
@@ -33,35 +34,62 @@ VECTOR_SCHEMA_PREFIX = "mtp-image-builder/version-vector/"
 LABEL_VERSION_VECTOR = "io.mtp-image-builder.version-vector"
 DEFAULT_VECTOR_PATH = "/opt/mtp/version.json"
 
-SECTIONS = ("platform", "profile", "engine", "components", "packages", "layers", "verl_overrides",
-            "resolution", "python")
-SECTION_TITLES = {"platform": "platform", "profile": "profile", "engine": "engine",
-                  "components": "components", "packages": "packages", "layers": "layers",
-                  "verl_overrides": "verl overrides", "resolution": "resolution (declared departures)",
-                  "python": "python packages (lock.yaml)"}
+SECTIONS = (
+    "platform",
+    "profile",
+    "engine",
+    "components",
+    "packages",
+    "layers",
+    "verl_overrides",
+    "resolution",
+    "python",
+)
+SECTION_TITLES = {
+    "platform": "platform",
+    "profile": "profile",
+    "engine": "engine",
+    "components": "components",
+    "packages": "packages",
+    "layers": "layers",
+    "verl_overrides": "verl overrides",
+    "resolution": "resolution (declared departures)",
+    "python": "python packages (lock.yaml)",
+}
 PLATFORM_FIELDS = ("base_image", "base_digest", "python", "cuda", "os_packages")
 PROFILE_FIELDS = ("mode", "experimental", "targets", "models", "rollout_engine")
-COMPONENT_FIELDS = ("source", "package", "repo", "ref", "commit", "version", "index", "subdir",
-                    "extras", "layer", "patches")
+COMPONENT_FIELDS = (
+    "source",
+    "package",
+    "repo",
+    "ref",
+    "commit",
+    "version",
+    "index",
+    "subdir",
+    "extras",
+    "layer",
+    "patches",
+)
 PACKAGE_FIELDS = ("version", "index", "extras", "layer")
-ORDER = "(order)"   # field name of a change in override order only
+ORDER = "(order)"  # field name of a change in override order only
 
 
 @dataclass(frozen=True)
 class Side:
-    label: str          # what the user typed (profile name, image ref, file)
-    kind: str           # profile | image | file | vector
-    image: str | None   # image reference, for image sides
-    plan_digest: str | None   # the Plan's content hash, when known
-    vector: dict        # normalised (see normalise)
+    label: str  # what the user typed (profile name, image ref, file)
+    kind: str  # profile | image | file | vector
+    image: str | None  # image reference, for image sides
+    plan_digest: str | None  # the Plan's content hash, when known
+    vector: dict  # normalised (see normalise)
 
 
 @dataclass(frozen=True)
 class Change:
     section: str
-    item: str           # component / package / layer / target; "" for platform, profile, engine
+    item: str  # component / package / layer / target; "" for platform, profile, engine
     field: str
-    a: Any              # None when absent on A
+    a: Any  # None when absent on A
     b: Any
 
     @property
@@ -89,8 +117,12 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
             raw = raw[wrapper]
     schema = str(raw.get("schema", ""))
     if not (schema.startswith(PLAN_SCHEMA_PREFIX) or schema.startswith(VECTOR_SCHEMA_PREFIX)):
-        raise InputError(where, "schema", f"unknown schema {schema!r}",
-                         f"expected {PLAN_SCHEMA_PREFIX}v1 or {VECTOR_SCHEMA_PREFIX}v1")
+        raise InputError(
+            where,
+            "schema",
+            f"unknown schema {schema!r}",
+            f"expected {PLAN_SCHEMA_PREFIX}v1 or {VECTOR_SCHEMA_PREFIX}v1",
+        )
     platform = {k: raw[k] for k in PLATFORM_FIELDS if k in raw}
     if "base_digest" not in platform and "@" in str(raw.get("base_image", "")):
         platform["base_digest"] = raw["base_image"].split("@", 1)[1]
@@ -100,8 +132,7 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
         if "patches" in fields:
             fields["patches"] = [_patch_id(p) for p in fields["patches"]]
         components[c["name"]] = fields
-    packages = {p["name"]: {k: p[k] for k in PACKAGE_FIELDS if k in p}
-                for p in raw.get("packages", [])}
+    packages = {p["name"]: {k: p[k] for k in PACKAGE_FIELDS if k in p} for p in raw.get("packages", [])}
     layers = {layer["name"]: list(layer["items"]) for layer in raw.get("layers", [])}
     overrides = {t: list(lines) for t, lines in (raw.get("verl_overrides") or {}).items()}
     return {
@@ -124,14 +155,14 @@ def _resolution(raw: dict) -> dict:
     {kind name: requirement}; a plan carries tuples, a version vector dicts."""
     out: dict[str, dict] = {}
     res = raw.get("resolution")
-    if isinstance(res, dict):          # version vector
+    if isinstance(res, dict):  # version vector
         for o in res.get("overrides", []):
             out[f"override {_req_name(o['requirement'])}"] = {"requirement": o["requirement"]}
         for e in res.get("excludes", []):
             out[f"exclude {e['package']}"] = {"requirement": "(not installed)"}
         for e in res.get("sdists", []):
             out[f"sdist {e['package']}"] = {"requirement": "(built from sdist)"}
-    else:                              # plan
+    else:  # plan
         for req, _why, _link in raw.get("overrides", []):
             out[f"override {_req_name(req)}"] = {"requirement": req}
         for name, _why, _link in raw.get("excludes", []):
@@ -148,11 +179,14 @@ def _python(raw: dict) -> dict:
     """The exact Python set lock.yaml put in the image: {name: {"version": v}}."""
     if isinstance(raw.get("python_packages"), dict):
         return {n: {"version": v} for n, v in raw["python_packages"].items()}
-    return {row[0]: {"version": row[1]} for row in raw.get("locked", []) if not str(row[2]).startswith("build:")}
+    return {
+        row[0]: {"version": row[1]} for row in raw.get("locked", []) if not str(row[2]).startswith("build:")
+    }
 
 
 def _req_name(req: str) -> str:
     import re
+
     return re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
 
 
@@ -160,6 +194,7 @@ def _patch_id(patch: Any) -> str:
     """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...`, or the local file and sha256."""
     if isinstance(patch, dict):
         from .patches import describe
+
         return describe(patch)
     return str(patch)
 
@@ -229,14 +264,18 @@ def _split(line: str) -> tuple[str, str]:
 def _overrides(target: str, a: list | None, b: list | None) -> list[Change]:
     a, b = a or [], b or []
     ka, kb = [_split(x)[0] for x in a], [_split(x)[0] for x in b]
-    if len(set(ka)) != len(ka) or len(set(kb)) != len(kb):   # repeated keys: compare lines
+    if len(set(ka)) != len(ka) or len(set(kb)) != len(kb):  # repeated keys: compare lines
         only_a = [x for x in a if x not in b]
         only_b = [x for x in b if x not in a]
-        return ([Change("verl_overrides", target, x, x, None) for x in only_a] +
-                [Change("verl_overrides", target, x, None, x) for x in only_b])
+        return [Change("verl_overrides", target, x, x, None) for x in only_a] + [
+            Change("verl_overrides", target, x, None, x) for x in only_b
+        ]
     da, db = dict(map(_split, a)), dict(map(_split, b))
-    out = [Change("verl_overrides", target, k, da.get(k), db.get(k))
-           for k in _ordered_keys(ka, kb) if da.get(k) != db.get(k)]
+    out = [
+        Change("verl_overrides", target, k, da.get(k), db.get(k))
+        for k in _ordered_keys(ka, kb)
+        if da.get(k) != db.get(k)
+    ]
     shared = set(ka) & set(kb)
     if not out and [k for k in ka if k in shared] != [k for k in kb if k in shared]:
         out.append(Change("verl_overrides", target, ORDER, a, b))
@@ -263,8 +302,12 @@ def side_from_file(path: Path) -> Side:
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(str(path), None, f"cannot read a version vector: {exc}",
-                         "pass a profile name, an image reference or a version.json file") from None
+        raise InputError(
+            str(path),
+            None,
+            f"cannot read a version vector: {exc}",
+            "pass a profile name, an image reference or a version.json file",
+        ) from None
     return side_from_vector(str(path), raw, kind="file")
 
 
@@ -287,15 +330,24 @@ def vector_from_image(ref: str, client=None) -> dict:
             image = client.images.get(ref)
         except ImageNotFound:
             from .imagetest import _registry_host
-            if _registry_host(ref) is None:   # a bare name: never looked up on docker.io
-                raise InputError(ref, None, "no such image in the local Docker engine (a name without "
-                                 "a registry host is not looked up on docker.io)",
-                                 "build or docker load it, or give the registry: HOST[:PORT]/NAME:TAG") from None
+
+            if _registry_host(ref) is None:  # a bare name: never looked up on docker.io
+                raise InputError(
+                    ref,
+                    None,
+                    "no such image in the local Docker engine (a name without "
+                    "a registry host is not looked up on docker.io)",
+                    "build or docker load it, or give the registry: HOST[:PORT]/NAME:TAG",
+                ) from None
             try:
                 image = client.images.pull(ref)
             except NotFound:
-                raise InputError(ref, None, "no such image, locally or in its registry",
-                                 "check the reference, or docker login to a private registry") from None
+                raise InputError(
+                    ref,
+                    None,
+                    "no such image, locally or in its registry",
+                    "check the reference, or docker login to a private registry",
+                ) from None
         labels = image.labels or {}
         value = labels.get(LABEL_VERSION_VECTOR, DEFAULT_VECTOR_PATH)
         if value.lstrip().startswith("{"):
@@ -305,12 +357,17 @@ def vector_from_image(ref: str, client=None) -> dict:
             stream, _ = container.get_archive(value)
             data = b"".join(stream)
         except NotFound:
-            raise InputError(ref, None, f"the image has no version vector at {value}",
-                             "compare images built by this tool (python build.py --profile NAME)") from None
+            raise InputError(
+                ref,
+                None,
+                f"the image has no version vector at {value}",
+                "compare images built by this tool (python build.py --profile NAME)",
+            ) from None
         finally:
             container.remove(force=True)
     except DockerException as exc:
         from .engine import unreachable
+
         raise unreachable(str(exc)) or EnvironmentProblem(f"cannot read image {ref}: {exc}") from None
     return json.loads(_first_file(data, ref))
 
@@ -346,8 +403,9 @@ def format_text(a: Side, b: Side, changes: list[Change]) -> str:
         group = [c for c in changes if c.section == section]
         items = sorted({c.item for c in group}, key=lambda i: [c.item for c in group].index(i))
         for item in items:
-            title = SECTION_TITLES[section] + (f" ({item})" if section == "verl_overrides" else
-                                               f": {item}" if item else "")
+            title = SECTION_TITLES[section] + (
+                f" ({item})" if section == "verl_overrides" else f": {item}" if item else ""
+            )
             lines.append(title)
             for c in (c for c in group if c.item == item):
                 lines += ["  " + x for x in _change_lines(c)]
@@ -368,9 +426,9 @@ def _change_lines(c: Change) -> list[str]:
     if c.field == "(entry)":
         return ["+ only in B" if c.a is None else "- only in A"]
     if c.field == "patches" and isinstance(c.a, list) and isinstance(c.b, list):
-        return ([f"patch - {p}" for p in c.a if p not in c.b] +
-                [f"patch + {p}" for p in c.b if p not in c.a] or
-                [f"patches: order {_show(c.a)} -> {_show(c.b)}"])
+        return [f"patch - {p}" for p in c.a if p not in c.b] + [
+            f"patch + {p}" for p in c.b if p not in c.a
+        ] or [f"patches: order {_show(c.a)} -> {_show(c.b)}"]
     return [f"{c.field}: {_show(c.a)} -> {_show(c.b)}"]
 
 

@@ -14,6 +14,7 @@ The image workflow runs the main job with these options of the image stage:
                                         read by render_summary below)
 tests/unit/test_workflow.py checks each option against the CLI parser.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,11 +39,17 @@ RUNNER = "ubuntu-24.04"
 RUNNER_PYTHON = "3.12"
 TIMEOUT_MINUTES = 240
 # Preinstalled SDKs on GitHub's Ubuntu runners that a CUDA image build does not need (~30 GB).
-CLEANUP_PATHS = ("/usr/share/dotnet", "/opt/ghc", "/usr/local/.ghcup", "/usr/local/lib/android",
-                 "/opt/hostedtoolcache/CodeQL", "/usr/local/share/boost", "/usr/share/swift")
+CLEANUP_PATHS = (
+    "/usr/share/dotnet",
+    "/opt/ghc",
+    "/usr/local/.ghcup",
+    "/usr/local/lib/android",
+    "/opt/hostedtoolcache/CodeQL",
+    "/usr/local/share/boost",
+    "/usr/share/swift",
+)
 # A push or pull request touching one of these rebuilds the images (tags always do).
-TRIGGER_PATHS = ("manifests/**", "images/**", "mtpimage/**", "build.py", "requirements.txt",
-                 IMAGES_WORKFLOW)
+TRIGGER_PATHS = ("manifests/**", "images/**", "mtpimage/**", "build.py", "requirements.txt", IMAGES_WORKFLOW)
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 HEADER_REGISTRY_RE = re.compile(r"^# registry: (\S+)$", re.M)
@@ -52,10 +59,13 @@ def parse_registry(value: str) -> Registry:
     """The registry model's HOST[:PORT]/NAMESPACE, held stricter here because it is baked
     into a workflow: a namespace is required (`{owner}` allowed), all in lower case (GHCR
     refuses upper case), no trailing slash."""
-    fail = InputError("--registry", value,
-                      "expected HOST[:PORT]/NAMESPACE in lower case (the namespace may be "
-                      f"'{OWNER}' for the repository owner)",
-                      f"for example --registry {DEFAULT_REGISTRY} or --registry registry.example.com:5000/ml")
+    fail = InputError(
+        "--registry",
+        value,
+        "expected HOST[:PORT]/NAMESPACE in lower case (the namespace may be "
+        f"'{OWNER}' for the repository owner)",
+        f"for example --registry {DEFAULT_REGISTRY} or --registry registry.example.com:5000/ml",
+    )
     try:
         reg = Registry.parse(value, owner_placeholder=True)
     except InputError:
@@ -83,8 +93,12 @@ def load_actions(path: Path | None = None) -> dict[str, dict]:
     for key, entry in sorted(data.items()):
         sha, uses, version = entry.get("sha", ""), entry.get("uses", ""), entry.get("version", "")
         if not SHA_RE.match(str(sha)):
-            raise InputError(str(path.name), f"{key}.sha", f"{sha!r} is not a full 40-hex commit SHA",
-                             "pin every action by its full commit SHA")
+            raise InputError(
+                str(path.name),
+                f"{key}.sha",
+                f"{sha!r} is not a full 40-hex commit SHA",
+                "pin every action by its full commit SHA",
+            )
         if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", str(uses)) or not version:
             raise InputError(str(path.name), key, "needs `uses: owner/name` and `version: vX.Y.Z`")
         out[key] = {**entry, "ref": f"{uses}@{sha} # {version}"}
@@ -110,10 +124,16 @@ def regenerate_command(registry: Registry) -> str:
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        variable_start_string="[[", variable_end_string="]]",
-        block_start_string="[%", block_end_string="%]",
-        comment_start_string="[#", comment_end_string="#]",
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+        variable_start_string="[[",
+        variable_end_string="]]",
+        block_start_string="[%",
+        block_end_string="%]",
+        comment_start_string="[#",
+        comment_end_string="#]",
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) -> dict[str, str]:
@@ -207,8 +227,9 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
     """Markdown for $GITHUB_STEP_SUMMARY: one section per image."""
     lines = [f"### {profile}", ""]
     if data is None:
-        lines.append(f"No image summary: {problem or 'the build stopped before writing it'}; "
-                     "see the build step's log.")
+        lines.append(
+            f"No image summary: {problem or 'the build stopped before writing it'}; see the build step's log."
+        )
         return "\n".join(lines) + "\n"
     refs = data.get("references") or []
     digest = data.get("digest")
@@ -223,7 +244,7 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
         try:
             pulls = pull_strings(refs[0], digest)
         except InputError:
-            pulls = {}          # not a reference this tool writes: the rows above still say it
+            pulls = {}  # not a reference this tool writes: the rows above still say it
         for how, text in pulls.items():
             rows.append((how, _code(text)))
     elif not data.get("pushed"):

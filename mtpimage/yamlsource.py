@@ -11,6 +11,7 @@ and expand (aliases included) to at most MAX_NODES values; an alias that refers 
 collection it sits in is refused. Each is a one-line input error (exit 2) with the line,
 found while composing, so a billion-laughs file or 5,000 nested brackets stop at once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,9 +24,9 @@ from .errors import InputError
 
 Path_ = tuple  # a path of keys/indices into the document
 
-MAX_BYTES = 1 << 20       # the shipped manifests total ~50 kB
-MAX_DEPTH = 64            # the shipped manifests nest 6 deep
-MAX_NODES = 100_000       # values after alias expansion; the shipped files have < 2,000
+MAX_BYTES = 1 << 20  # the shipped manifests total ~50 kB
+MAX_DEPTH = 64  # the shipped manifests nest 6 deep
+MAX_NODES = 100_000  # values after alias expansion; the shipped files have < 2,000
 
 
 @dataclass
@@ -51,13 +52,17 @@ def _walk(node: yaml.Node, path: Path_, lines: dict, file: str) -> Any:
         out: dict = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                raise InputError(f"{file}:{key_node.start_mark.line + 1}", None,
-                                 "mapping keys must be plain strings")
+                raise InputError(
+                    f"{file}:{key_node.start_mark.line + 1}", None, "mapping keys must be plain strings"
+                )
             key = key_node.value
             if key in out:
-                raise InputError(f"{file}:{key_node.start_mark.line + 1}",
-                                 ".".join(map(str, path + (key,))),
-                                 "duplicate key", "keep one of the two entries")
+                raise InputError(
+                    f"{file}:{key_node.start_mark.line + 1}",
+                    ".".join(map(str, path + (key,))),
+                    "duplicate key",
+                    "keep one of the two entries",
+                )
             lines[path + (key,)] = key_node.start_mark.line + 1
             out[key] = _walk(value_node, path + (key,), lines, file)
         return out
@@ -77,8 +82,8 @@ class _BoundedLoader(yaml.SafeLoader):
     def __init__(self, text: str, file: str):
         super().__init__(text)
         self.file = file
-        self._open: list[str | None] = []          # anchors of the collections being composed
-        self._stats: dict[int, tuple[int, int]] = {}   # id(node) -> (expanded size, depth)
+        self._open: list[str | None] = []  # anchors of the collections being composed
+        self._stats: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, depth)
 
     def _refuse(self, mark, problem: str, fix: str) -> None:
         raise InputError(f"{self.file}:{mark.line + 1}", None, problem, fix)
@@ -87,12 +92,16 @@ class _BoundedLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open:
-                self._refuse(event.start_mark, f"alias *{event.anchor} refers to the collection it "
-                             "is part of (a cycle)", f"write the value out instead of *{event.anchor}")
+                self._refuse(
+                    event.start_mark,
+                    f"alias *{event.anchor} refers to the collection it is part of (a cycle)",
+                    f"write the value out instead of *{event.anchor}",
+                )
             return super().compose_node(parent, index)
         if len(self._open) >= MAX_DEPTH:
-            self._refuse(event.start_mark, f"nested more than {MAX_DEPTH} levels deep",
-                         "flatten the document")
+            self._refuse(
+                event.start_mark, f"nested more than {MAX_DEPTH} levels deep", "flatten the document"
+            )
         self._open.append(getattr(event, "anchor", None))
         try:
             node = super().compose_node(parent, index)
@@ -109,11 +118,17 @@ class _BoundedLoader(yaml.SafeLoader):
             csize, cdepth = self._stats.get(id(child), (1, 1))
             size, depth = size + csize, max(depth, cdepth + 1)
         if size > MAX_NODES:
-            self._refuse(node.start_mark, f"expands to more than {MAX_NODES} values (aliases "
-                         "included)", "write a smaller document; do not nest aliases of aliases")
+            self._refuse(
+                node.start_mark,
+                f"expands to more than {MAX_NODES} values (aliases included)",
+                "write a smaller document; do not nest aliases of aliases",
+            )
         if depth > MAX_DEPTH:
-            self._refuse(node.start_mark, f"nested more than {MAX_DEPTH} levels deep once its "
-                         "aliases are expanded", "flatten the document")
+            self._refuse(
+                node.start_mark,
+                f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded",
+                "flatten the document",
+            )
         self._stats[id(node)] = (size, depth)
         return node
 
@@ -134,17 +149,22 @@ def _scalar(node: yaml.ScalarNode) -> Any:
 def load_text(text: str, file: str) -> SourceDoc:
     size = len(text.encode("utf-8", errors="replace"))
     if size > MAX_BYTES:
-        raise InputError(file, None, f"{size} bytes; a manifest may have at most {MAX_BYTES}",
-                         "split it or remove what is not a manifest")
+        raise InputError(
+            file,
+            None,
+            f"{size} bytes; a manifest may have at most {MAX_BYTES}",
+            "split it or remove what is not a manifest",
+        )
     loader = None
     try:
-        loader = _BoundedLoader(text, file)    # its reader refuses unprintable characters
+        loader = _BoundedLoader(text, file)  # its reader refuses unprintable characters
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{file}:{_mark_line(text, mark)}" if mark else file
-        raise InputError(where, None, f"invalid YAML: {exc.problem or exc.context}",
-                         "fix the YAML syntax at that line") from None
+        raise InputError(
+            where, None, f"invalid YAML: {exc.problem or exc.context}", "fix the YAML syntax at that line"
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(file, None, f"invalid YAML: {exc}", "fix the YAML syntax") from None
     finally:
@@ -161,9 +181,13 @@ def load_file(path: Path, display: str | None = None) -> SourceDoc:
     display = display or str(path)
     try:
         size = path.stat().st_size
-        if size > MAX_BYTES:   # before reading it: a huge file is refused, not loaded
-            raise InputError(display, None, f"{size} bytes; a manifest may have at most {MAX_BYTES}",
-                             "split it or remove what is not a manifest")
+        if size > MAX_BYTES:  # before reading it: a huge file is refused, not loaded
+            raise InputError(
+                display,
+                None,
+                f"{size} bytes; a manifest may have at most {MAX_BYTES}",
+                "split it or remove what is not a manifest",
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(display, None, "file not found") from None

@@ -99,7 +99,7 @@ def docker_host(_docker_probe, tmp_path_factory) -> DockerHost:
         address = registry.__enter__()
     except RuntimeError as exc:
         _e2e_unavailable([str(exc)])
-    if os.environ.get("MTP_TEST_SESSION_FILE"):   # tests/e2e/test_cleanup.py watches a session
+    if os.environ.get("MTP_TEST_SESSION_FILE"):  # tests/e2e/test_cleanup.py watches a session
         Path(os.environ["MTP_TEST_SESSION_FILE"]).write_text(f"registry={address}\n")
     try:
         yield dataclasses.replace(host, registry=address)

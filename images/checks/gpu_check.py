@@ -88,9 +88,7 @@ RULE_RECOMPUTE_PADDING_MASK = "recompute-padding-mask"
 RULE_MTP_NO_GRADIENT = "mtp-no-gradient"
 MSG_MTP_NO_GRADIENT = "MTP parameters received no gradient"
 
-_PADDING_MASK_RE = re.compile(
-    r"_checkpointed_forward\(\) got an unexpected keyword argument 'padding_mask'"
-)
+_PADDING_MASK_RE = re.compile(r"_checkpointed_forward\(\) got an unexpected keyword argument 'padding_mask'")
 
 
 # ----------------------------------------------------------------------------------
@@ -212,8 +210,10 @@ def parse_version_vector(data: Any, origin: str = "version vector") -> tuple[str
         raise UsageError(f"{origin}: expected a JSON object, got {type(data).__name__}")
     mode = data.get("mode")
     if not isinstance(mode, str) or contract_of(data) not in CONTRACTS:
-        raise UsageError(f"{origin}: 'mode' must be one of {list(CONTRACT_OF_OLD_VECTOR_MODE)} or come "
-                         f"with 'mtp_contract' (one of {list(CONTRACTS)}), got {mode!r}")
+        raise UsageError(
+            f"{origin}: 'mode' must be one of {list(CONTRACT_OF_OLD_VECTOR_MODE)} or come "
+            f"with 'mtp_contract' (one of {list(CONTRACTS)}), got {mode!r}"
+        )
     engine = data.get("engine") or {}
     if not isinstance(engine, dict):
         raise UsageError(f"{origin}: 'engine' must be an object")
@@ -227,7 +227,9 @@ def parse_version_vector(data: Any, origin: str = "version vector") -> tuple[str
         raise UsageError(f"{origin}: engine.recompute must be an object or null")
     gran = rec.get("granularity")
     if gran not in (None, "full", "selective"):
-        raise UsageError(f"{origin}: engine.recompute.granularity must be 'full', 'selective' or null, got {gran!r}")
+        raise UsageError(
+            f"{origin}: engine.recompute.granularity must be 'full', 'selective' or null, got {gran!r}"
+        )
     norm = {
         "context_parallel_size": cp,
         "recompute": {"granularity": gran, "method": rec.get("method"), "num_layers": rec.get("num_layers")},
@@ -252,9 +254,7 @@ def load_version_vector(path: str) -> dict:
     return data
 
 
-def resolve_plan(
-    mode: str | None, version_vector: str | None, world_size: int = 1
-) -> Plan:
+def resolve_plan(mode: str | None, version_vector: str | None, world_size: int = 1) -> Plan:
     """--mode wins; without it the mode and engine come from the version vector."""
     if mode is not None:
         engine = {"context_parallel_size": 2 if mode in ("cp-recompute", "all") else 1, "recompute": {}}
@@ -264,7 +264,10 @@ def resolve_plan(
     vmode, engine = parse_version_vector(data, origin=path)
     recompute = engine["recompute"]["granularity"] == "full"
     checks = checks_for_mode(
-        vmode, contract=contract_of(data), recompute=recompute, world_size=world_size,
+        vmode,
+        contract=contract_of(data),
+        recompute=recompute,
+        world_size=world_size,
         cp_requested=engine["context_parallel_size"],
     )
     return Plan(vmode, path, tuple(checks), engine)
@@ -327,8 +330,16 @@ def format_table(report: dict) -> str:
     lines = [f"mtp gpu_check: mode {report['mode']} (from {report['mode_source']})"]
     env = report.get("env") or {}
     env_keys = (
-        "python", "torch", "cuda", "driver", "gpus", "megatron_core", "transformer_engine", "verl",
-        "world_size", "mtp_patch",
+        "python",
+        "torch",
+        "cuda",
+        "driver",
+        "gpus",
+        "megatron_core",
+        "transformer_engine",
+        "verl",
+        "world_size",
+        "mtp_patch",
     )
     for key in env_keys:
         if key in env and env[key] not in (None, "", []):
@@ -461,7 +472,10 @@ def cp_chunk_positions(seq_len: int, cp: int, cp_rank: int) -> list[int]:
     if cp < 1 or not 0 <= cp_rank < cp or seq_len % (2 * cp):
         raise ValueError(f"cannot split {seq_len} positions over CP={cp} (rank {cp_rank})")
     c = seq_len // (2 * cp)
-    return [*range(cp_rank * c, (cp_rank + 1) * c), *range((2 * cp - 1 - cp_rank) * c, (2 * cp - cp_rank) * c)]
+    return [
+        *range(cp_rank * c, (cp_rank + 1) * c),
+        *range((2 * cp - 1 - cp_rank) * c, (2 * cp - cp_rank) * c),
+    ]
 
 
 def mtp_token_counts(seq_len: int, batch: int, cp: int, cp_rank: int) -> tuple[int, int]:
@@ -553,6 +567,7 @@ def compare_cp_metrics(
 # GPU part (torch and megatron.core imported lazily)
 # ----------------------------------------------------------------------------------
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -561,10 +576,17 @@ def _free_port() -> int:
 
 def driver_version() -> str | None:
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout.strip().splitlines()
+        out = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
         if out:
             return out[0].strip()
     except (OSError, subprocess.SubprocessError):
@@ -725,7 +747,9 @@ class Runner:
             model = model.to(kw["params_dtype"])
         wrong = sorted({str(p.dtype) for p in model.parameters()} - {str(kw["params_dtype"])})
         if wrong:
-            raise CheckFailure(f"model parameters are {wrong}, expected {kw['params_dtype']} ({plan.label()})")
+            raise CheckFailure(
+                f"model parameters are {wrong}, expected {kw['params_dtype']} ({plan.label()})"
+            )
         model.train()
         return model
 
@@ -802,7 +826,9 @@ class Runner:
             if not ok:
                 raise CheckFailure("a CUDA kernel gave a wrong result")
             return CheckResult(
-                spec.name, PASS, f"{n} device(s); rank {self.rank} on cuda:{self.local_rank} {name} sm_{cap[0]}{cap[1]}"
+                spec.name,
+                PASS,
+                f"{n} device(s); rank {self.rank} on cuda:{self.local_rank} {name} sm_{cap[0]}{cap[1]}",
             )
         if spec.name == "nccl-allreduce":
             if self.cpu_debug:
@@ -815,7 +841,9 @@ class Runner:
             if backend != "nccl" or not torch.all(t == want):
                 raise CheckFailure(f"all-reduce over {backend} gave {t[0].item()}, expected {want}")
             nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
-            return CheckResult(spec.name, PASS, f"backend nccl {nccl}, {self.world_size} rank(s), sum {want:g}")
+            return CheckResult(
+                spec.name, PASS, f"backend nccl {nccl}, {self.world_size} rank(s), sum {want:g}"
+            )
         raise ValueError(spec.name)
 
     def step1_metrics(self, params: dict, main_parts, mtp_loss_local, n_local: int, n_total: int, group):
@@ -834,7 +862,11 @@ class Runner:
             for n in sorted(params):
                 if n.startswith(prefix):
                     p = params[n]
-                    g = p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32)
+                    g = (
+                        p.grad.detach().float()
+                        if p.grad is not None
+                        else torch.zeros_like(p, dtype=torch.float32)
+                    )
                     parts.append(g.reshape(-1))
             return torch.cat(parts) if parts else torch.zeros(1, device=self.device)
 
@@ -842,9 +874,14 @@ class Runner:
         main_sum, main_cnt = main_parts
         have_mtp_loss = mtp_loss_local is not None
         stats = torch.tensor(
-            [float(main_sum.detach()), float(main_cnt.detach()),
-             (mtp_loss_local if have_mtp_loss else 0.0) * n_local, 1.0 if have_mtp_loss else 0.0],
-            dtype=torch.float64, device=self.device,
+            [
+                float(main_sum.detach()),
+                float(main_cnt.detach()),
+                (mtp_loss_local if have_mtp_loss else 0.0) * n_local,
+                1.0 if have_mtp_loss else 0.0,
+            ],
+            dtype=torch.float64,
+            device=self.device,
         )
         if group is not None and torch.distributed.get_world_size(group) > 1:
             for t in (g_mtp, g_dec, stats):
@@ -883,8 +920,11 @@ class Runner:
         input_ids, labels, position_ids, loss_mask = self.batch(1, full)
         _mtp_tracker_clean()
         out = model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
-            labels=labels, loss_mask=loss_mask,
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=self.attn_mask(),
+            labels=labels,
+            loss_mask=loss_mask,
         )
         mtp_loss = _mtp_tracker_loss()
         parts = _main_loss_parts(torch, out, labels, loss_mask)
@@ -900,10 +940,13 @@ class Runner:
         plan = precision_plan(spec.cp)
         if plan.needs_te:
             if self.cpu_debug:
-                return CheckResult(spec.name, SKIP, f"{plan.label()} not run: --debug-cpu-model (TE attention needs CUDA)")
+                return CheckResult(
+                    spec.name, SKIP, f"{plan.label()} not run: --debug-cpu-model (TE attention needs CUDA)"
+                )
             if importlib.util.find_spec("transformer_engine") is None:
                 return CheckResult(
-                    spec.name, SKIP,
+                    spec.name,
+                    SKIP,
                     f"CP={spec.cp} not run: context parallelism needs TransformerEngine attention "
                     "(megatron's local DotProductAttention asserts context_parallel_size == 1) and "
                     "transformer_engine is not installed",
@@ -943,19 +986,27 @@ class Runner:
             # no MTP loss: verl passes no labels when enable_train is off; its patched
             # _postprocess then skips the MTP block. Without verl, bypass the block likewise.
             with _mtp_bypassed(model, active=self.mtp_patch is None):
-                logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask())
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+                logits = model(
+                    input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask()
+                )
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             mtp_grad = _grad_norm(torch, mtp.values())
             if mtp_grad != 0.0:
-                raise CheckFailure(f"load-only: MTP parameters got gradient (norm {mtp_grad:.3e}); an MTP loss is active")
+                raise CheckFailure(
+                    f"load-only: MTP parameters got gradient (norm {mtp_grad:.3e}); an MTP loss is active"
+                )
             opt.step()
             _sync(torch, self.device)
             changed_mtp = [n for n, p in mtp.items() if not torch.equal(p.detach(), before[n])]
             changed_trunk = sum(not torch.equal(p.detach(), before[n]) for n, p in trunk.items())
             if changed_mtp:
-                raise CheckFailure(f"load-only: {len(changed_mtp)} MTP parameters changed after the step, e.g. {changed_mtp[0]}")
+                raise CheckFailure(
+                    f"load-only: {len(changed_mtp)} MTP parameters changed after the step, e.g. {changed_mtp[0]}"
+                )
             if changed_trunk == 0:
                 raise CheckFailure("load-only: the optimizer step changed no trunk parameter")
             details.append(
@@ -968,15 +1019,20 @@ class Runner:
         # At CP>1 each rank's MTP gradient is scaled by its share of the MTP tokens, so that
         # the ranks' summed gradient is the whole-sequence one (see mtp_token_counts).
         if spec.cp > 1:
-            n_local, n_total = mtp_token_counts(SEQ, BATCH, spec.cp, parallel_state.get_context_parallel_rank())
+            n_local, n_total = mtp_token_counts(
+                SEQ, BATCH, spec.cp, parallel_state.get_context_parallel_rank()
+            )
         else:
             n_local, n_total = mtp_token_counts(SEQ, BATCH, 1, 0)
         MTPLossAutoScaler.set_loss_scale(torch.tensor(n_local / n_total, device=self.device))
         opt.zero_grad(set_to_none=True)
         _mtp_tracker_clean()
         out = model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
-            labels=labels, loss_mask=loss_mask,
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=self.attn_mask(),
+            labels=labels,
+            loss_mask=loss_mask,
         )
         mtp_loss_local = _mtp_tracker_loss()
         parts = _main_loss_parts(torch, out, labels, loss_mask)
@@ -1016,8 +1072,11 @@ class Runner:
         # 2) a real step on main + MTP loss
         opt.zero_grad(set_to_none=True)
         out = model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=self.attn_mask(),
-            labels=labels, loss_mask=loss_mask,
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=self.attn_mask(),
+            labels=labels,
+            loss_mask=loss_mask,
         )
         main = _main_loss(torch, out, labels, loss_mask)
         if not bool(torch.isfinite(main)):
@@ -1037,7 +1096,9 @@ class Runner:
             del opt, model, out
             ref_plan, ref, g_ref = self.reference_metrics(spec, before, full, detach)
             ref_norm = float(g_ref.norm())
-            got["mtp_grad_rel_l2"] = float((g_mtp - g_ref).norm()) / ref_norm if ref_norm > 0 else float("inf")
+            got["mtp_grad_rel_l2"] = (
+                float((g_mtp - g_ref).norm()) / ref_norm if ref_norm > 0 else float("inf")
+            )
             ref["mtp_grad_rel_l2"] = 0.0
             comps = compare_cp_metrics(ref, got)
             text = "; ".join(c.describe() for c in comps)
@@ -1046,7 +1107,9 @@ class Runner:
                     f"CP={spec.cp} differs from the {ref_plan.label()} reference (same weights and tokens) "
                     f"beyond tolerance: {text}"
                 )
-            details.append(f"CP={spec.cp} (all ranks) vs {ref_plan.label()} reference, same weights and tokens: {text}")
+            details.append(
+                f"CP={spec.cp} (all ranks) vs {ref_plan.label()} reference, same weights and tokens: {text}"
+            )
         return CheckResult(spec.name, PASS, "; ".join(details))
 
 
@@ -1118,7 +1181,7 @@ def _grad_norm(torch, params) -> float:
     for p in params:
         if p.grad is not None:
             total += float(p.grad.detach().float().pow(2).sum().item())
-    return total ** 0.5
+    return total**0.5
 
 
 def _sync(torch, device) -> None:
@@ -1203,7 +1266,9 @@ def run_gpu_part(plan: Plan, args: argparse.Namespace, log) -> tuple[list[CheckR
                 if spec.kind == "env":
                     results.append(_run_one(runner.run_env_check, spec, log))
                 else:
-                    results.append(CheckResult(spec.name, FAIL, f"megatron.core import failed: {detail}", rule))
+                    results.append(
+                        CheckResult(spec.name, FAIL, f"megatron.core import failed: {detail}", rule)
+                    )
             runner.shutdown()
             return results, env
         if runner.cpu_debug:
@@ -1252,12 +1317,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("--cpu-only", action="store_true", help="CPU-side logic only; skip the GPU part, exit 0")
     ap.add_argument(
-        "--inject-broken-detach", action="store_true",
+        "--inject-broken-detach",
+        action="store_true",
         help="debug: detach the MTP inputs so none requires grad (shows the silent no-gradient hazard)",
     )
-    ap.add_argument("--no-verl", action="store_true", help="debug: use the local detach even if verl is installed")
     ap.add_argument(
-        "--debug-cpu-model", action="store_true",
+        "--no-verl", action="store_true", help="debug: use the local detach even if verl is installed"
+    )
+    ap.add_argument(
+        "--debug-cpu-model",
+        action="store_true",
         help="debug: run the model checks on CPU with a gloo group (no CUDA/NCCL checks); for development",
     )
     return ap.parse_args(argv)
@@ -1290,10 +1359,14 @@ def main(argv: list[str] | None = None) -> int:
             import torch
         except Exception as exc:  # noqa: BLE001
             results = [CheckResult("torch-cuda", FAIL, f"import torch failed: {type(exc).__name__}: {exc}")]
-            results += [CheckResult(c.name, SKIP, "torch missing") for c in plan.checks if c.name != "torch-cuda"]
+            results += [
+                CheckResult(c.name, SKIP, "torch missing") for c in plan.checks if c.name != "torch-cuda"
+            ]
         else:
             if not args.debug_cpu_model and not torch.cuda.is_available():
-                gpu_skipped = f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+                gpu_skipped = (
+                    f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+                )
                 results = skipped_results(plan.checks, gpu_skipped)
             else:
                 results, genv = run_gpu_part(plan, args, log)

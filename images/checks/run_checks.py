@@ -17,6 +17,7 @@ Checks (each reports pass, fail or skip, with a detail):
 
 Exit status 0 when nothing failed, 1 otherwise. Standard library only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,7 +62,11 @@ def top_level_modules(dist) -> set[str]:
     else:
         for f in dist.files or []:
             parts = f.parts
-            if not parts or parts[0].endswith((".dist-info", ".egg-info", ".data")) or parts[0] in ("..", "__pycache__"):
+            if (
+                not parts
+                or parts[0].endswith((".dist-info", ".egg-info", ".data"))
+                or parts[0] in ("..", "__pycache__")
+            ):
                 continue
             if len(parts) == 1:
                 if parts[0].endswith(".py"):
@@ -77,8 +82,9 @@ def top_level_modules(dist) -> set[str]:
 
 def _import_one(module: str) -> tuple[str, int, str]:
     try:
-        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                              text=True, timeout=300, cwd="/")
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300, cwd="/"
+        )
     except subprocess.TimeoutExpired:
         return module, 124, "timed out after 300 s"
     lines = (proc.stderr or "").strip().splitlines()
@@ -109,8 +115,10 @@ def check_imports() -> list[dict]:
         # the skip list proves itself: a skipped module that imports fine is a stale entry
         for module, rc, _last in pool.map(_import_one, skipped):
             if rc == 0:
-                failures.append(f"{module} ({modules[module]}): in import_skip.txt but imports fine here "
-                                "(remove it from the skip list)")
+                failures.append(
+                    f"{module} ({modules[module]}): in import_skip.txt but imports fine here "
+                    "(remove it from the skip list)"
+                )
     detail = f"{len(todo) - len(failures)}/{len(todo)} top-level modules import"
     if skipped:
         detail += f"; skipped (not a module, or GPU at import): {', '.join(skipped)}"
@@ -133,8 +141,9 @@ def explained(line: str, vector: dict) -> bool:
     res = vector.get("resolution") or {}
     required = {_requirement_name(o["requirement"]) for o in res.get("overrides", [])}
     required |= {_requirement_name(e["package"]) for e in res.get("excludes", [])}
-    dependents = {c["package"].lower() for c in vector.get("components", [])
-                  if c.get("dependencies_declared") is False}
+    dependents = {
+        c["package"].lower() for c in vector.get("components", []) if c.get("dependencies_declared") is False
+    }
     m = re.match(r"^(\S+) \S+ (?:requires|has requirement) (\S+)", line)
     if not m:
         return False
@@ -150,8 +159,13 @@ def check_pip(vector: dict | None = None) -> list[dict]:
     ok = len(lines) - len(bad)
     if bad or (proc.returncode != 0 and not lines):
         return [result("pip-check", FAIL, "; ".join(bad) or proc.stderr.strip()[-300:])]
-    return [result("pip-check", PASS, f"{ok} difference(s), each a declared override, exclude or "
-                   "no-deps source (lock.yaml resolution)")]
+    return [
+        result(
+            "pip-check",
+            PASS,
+            f"{ok} difference(s), each a declared override, exclude or no-deps source (lock.yaml resolution)",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------- versions
@@ -160,6 +174,7 @@ def _norm(v: str | None) -> str:
     text = (v or "").strip().lower().replace("_", "-")
     try:
         from packaging.version import Version
+
         return str(Version(text))
     except Exception:  # noqa: BLE001 - not a version, or no packaging: compare as text
         return text
@@ -188,11 +203,15 @@ def check_versions(vector: dict) -> list[dict]:
             problems.append(f"{comp['name']}: installed {have}, recorded at build {rec.get('version')}")
         if comp["source"] == "git":
             if rec.get("commit") != comp["commit"]:
-                problems.append(f"{comp['name']}: installed from commit {rec.get('commit')}, "
-                                f"version vector says {comp['commit']}")
+                problems.append(
+                    f"{comp['name']}: installed from commit {rec.get('commit')}, "
+                    f"version vector says {comp['commit']}"
+                )
             if comp.get("version") and _norm(comp["version"]) != _norm(have):
-                problems.append(f"{comp['name']}: commit {comp['commit'][:10]} installs {comp['package']} "
-                                f"{have}, the manifest says {comp['version']}")
+                problems.append(
+                    f"{comp['name']}: commit {comp['commit'][:10]} installs {comp['package']} "
+                    f"{have}, the manifest says {comp['version']}"
+                )
         elif _norm(have) != _norm(comp["version"]):
             problems.append(f"{comp['name']}: {comp['package']} {have} installed, pinned {comp['version']}")
         # the build context names patch i "<iii>-<basename>" (mtpimage.render.patch_name)
@@ -202,11 +221,16 @@ def check_versions(vector: dict) -> list[dict]:
             problems.append(f"{comp['name']}: applied patches {got} != version vector {want}")
         ok += 1
     exact = vector.get("python_packages") or {}
-    wrong = [f"{n} {_installed(n)} installed, lock {v}" for n, v in sorted(exact.items())
-             if _norm(_installed(n)) != _norm(v)]
+    wrong = [
+        f"{n} {_installed(n)} installed, lock {v}"
+        for n, v in sorted(exact.items())
+        if _norm(_installed(n)) != _norm(v)
+    ]
     if wrong:
         problems.append("not the locked set: " + "; ".join(wrong[:20]) + (" ..." if len(wrong) > 20 else ""))
-    omitted = {s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"}
+    omitted = {
+        s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"
+    }
     for pkg in vector["packages"]:
         if pkg["name"] in omitted:
             continue
@@ -219,9 +243,15 @@ def check_versions(vector: dict) -> list[dict]:
             ok += 1
     if problems:
         return [result("versions", FAIL, "; ".join(problems))]
-    return [result("versions", PASS, f"{len(vector['components'])} components, "
-                   f"{len(vector['packages'])} packages and {len(exact)} locked distributions match "
-                   "the version vector")]
+    return [
+        result(
+            "versions",
+            PASS,
+            f"{len(vector['components'])} components, "
+            f"{len(vector['packages'])} packages and {len(exact)} locked distributions match "
+            "the version vector",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------- probes
@@ -233,7 +263,9 @@ def _module_file(module: str) -> Path | None:
     spec = importlib.util.find_spec(top)
     if spec is None:
         return None
-    bases = list(spec.submodule_search_locations or []) or ([str(Path(spec.origin).parent)] if spec.origin else [])
+    bases = list(spec.submodule_search_locations or []) or (
+        [str(Path(spec.origin).parent)] if spec.origin else []
+    )
     for base in bases:
         stem = Path(base, *rest)
         for cand in (stem.with_suffix(".py"), stem / "__init__.py"):
@@ -253,7 +285,7 @@ def _source_of(module: str) -> str | None:
 # probe's entry of mtpimage/data/probes.yaml (file, class, symbol, expectation, fix), the one
 # description the builder's source probes use too.
 def _module_of(path: str) -> str:
-    return path[:-len(".py")].replace("/", ".")
+    return path[: -len(".py")].replace("/", ".")
 
 
 def probe_recompute(spec: dict) -> tuple[str, str]:
@@ -269,9 +301,11 @@ def probe_recompute(spec: dict) -> tuple[str, str]:
     ckpt = inspect.signature(getattr(cls, callee)).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ckpt.values())
     if kw in fwd and kw not in ckpt and not var_kw:
-        return FAIL, (f"{cls_name}.{caller} passes {kw} but {callee}"
-                      f"{inspect.signature(getattr(cls, callee))} does not accept it: {spec['expect']} "
-                      f"({spec['fix']})")
+        return FAIL, (
+            f"{cls_name}.{caller} passes {kw} but {callee}"
+            f"{inspect.signature(getattr(cls, callee))} does not accept it: {spec['expect']} "
+            f"({spec['fix']})"
+        )
     how = f"accepts {kw}" if kw in ckpt else ("takes **kwargs" if var_kw else f"{caller} has no {kw}")
     return PASS, f"{callee} {how}"
 
@@ -294,8 +328,12 @@ def probe_mbridge(spec: dict, package: str) -> tuple[str, str]:
     enums = _source_of(_module_of(spec["file"])) or ""
     if spec["member"] in enums:
         return PASS, f"megatron-core still has {what}"
-    users = [str(p) for loc in found.submodule_search_locations for p in Path(loc).rglob("*.py")
-             if what in p.read_text(errors="replace")]
+    users = [
+        str(p)
+        for loc in found.submodule_search_locations
+        for p in Path(loc).rglob("*.py")
+        if what in p.read_text(errors="replace")
+    ]
     if users:
         return FAIL, f"{package} uses {what}, removed from megatron-core: " + ", ".join(users)
     return PASS, f"{package} does not use {what}"
@@ -308,8 +346,12 @@ def probe_mimo(spec: dict) -> tuple[str, str]:
     return PASS, f"Megatron-Bridge has the MiMo MTP bridge (class {spec['class']})"
 
 
-PROBES = {"recompute-padding-mask": probe_recompute, "sglang-ipc-unwrap": probe_sglang,
-          "mbridge-mcore-017": probe_mbridge, "mimo-needs-bridge-2387": probe_mimo}
+PROBES = {
+    "recompute-padding-mask": probe_recompute,
+    "sglang-ipc-unwrap": probe_sglang,
+    "mbridge-mcore-017": probe_mbridge,
+    "mimo-needs-bridge-2387": probe_mimo,
+}
 
 
 def check_probes(vector: dict) -> list[dict]:
@@ -334,11 +376,21 @@ def check_probes(vector: dict) -> list[dict]:
 def check_cuda(vector: dict) -> list[dict]:
     has_cuda = bool(os.environ.get("CUDA_VERSION")) or os.path.isdir("/usr/local/cuda")
     if not has_cuda:
-        return [result("cuda-runtime", SKIP, "this base image has no CUDA toolkit (CUDA_VERSION unset, "
-                       "no /usr/local/cuda): a test base")]
+        return [
+            result(
+                "cuda-runtime",
+                SKIP,
+                "this base image has no CUDA toolkit (CUDA_VERSION unset, no /usr/local/cuda): a test base",
+            )
+        ]
     major = (os.environ.get("CUDA_VERSION") or vector.get("cuda") or "").split(".")[0]
-    dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
-            "/usr/local/cuda/targets/sbsa-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
+    dirs = [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/cuda/targets/sbsa-linux/lib",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+    ]
     dirs += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "*", "lib"))
     want = ["libcudart.so", "libcublas.so", "libnccl.so"]
     missing = []
@@ -378,7 +430,9 @@ def check_gpu(gpu: bool) -> list[dict]:
 
 def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
     try:
-        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd="/")
+        proc = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd="/"
+        )
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout} s"
     lines = (proc.stderr or proc.stdout or "").strip().splitlines()
@@ -387,13 +441,21 @@ def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
 
 def check_entrypoints(vector: dict) -> list[dict]:
     out = []
-    omitted = {s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"}
+    omitted = {
+        s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"
+    }
     for comp in vector.get("components", []):
         for e in comp.get("entry_checks") or []:
             gone = [pkg for pkg in e.get("needs", []) if pkg in omitted]
             if gone:
-                out.append(result(f"entry:{e['id']}", SKIP, f"needs {', '.join(gone)}, omitted from this "
-                                  "image (substitution); runs where it is installed"))
+                out.append(
+                    result(
+                        f"entry:{e['id']}",
+                        SKIP,
+                        f"needs {', '.join(gone)}, omitted from this "
+                        "image (substitution); runs where it is installed",
+                    )
+                )
                 continue
             if e.get("code"):
                 rc, last = _run_py(["-c", e["code"]])
@@ -415,10 +477,14 @@ def check_entrypoints(vector: dict) -> list[dict]:
 # ------------------------------------------------------------------------------- main
 def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
     vector = json.loads(VECTOR.read_text())
-    groups = [("imports", check_imports), ("pip-check", lambda: check_pip(vector)),
-              ("versions", lambda: check_versions(vector)), ("probes", lambda: check_probes(vector)),
-              ("cuda-runtime", lambda: check_cuda(vector)),
-              ("entrypoints", lambda: check_entrypoints(vector))]
+    groups = [
+        ("imports", check_imports),
+        ("pip-check", lambda: check_pip(vector)),
+        ("versions", lambda: check_versions(vector)),
+        ("probes", lambda: check_probes(vector)),
+        ("cuda-runtime", lambda: check_cuda(vector)),
+        ("entrypoints", lambda: check_entrypoints(vector)),
+    ]
     groups.append(("gpu", lambda: check_gpu(gpu)))
     results = []
     for gid, fn in groups:

@@ -14,6 +14,7 @@
 The in-image checks compare these records with /opt/mtp/version.json.
 Standard library only: it runs on the bare base image's Python.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,13 +59,28 @@ def _build_source(args, patches) -> int:
     subprocess.run([sys.executable, "-m", "venv", *flags, str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     if args.build_requirements:
-        subprocess.run([*pip, "install", "--no-deps", "--require-hashes", "--only-binary=:all:",
-                        "--index-url", args.index_url, "-r", str(args.build_requirements)], check=True)
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels),
-                    str(args.src)], check=True)
+        subprocess.run(
+            [
+                *pip,
+                "install",
+                "--no-deps",
+                "--require-hashes",
+                "--only-binary=:all:",
+                "--index-url",
+                args.index_url,
+                "-r",
+                str(args.build_requirements),
+            ],
+            check=True,
+        )
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(args.src)],
+        check=True,
+    )
     built = sorted(wheels.glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", *map(str, built)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", *map(str, built)], check=True
+    )
     for path in (venv, wheels):
         subprocess.run(["rm", "-rf", str(path)], check=True)
     return 0
@@ -79,8 +95,14 @@ def _pip_check(allowed_file: Path) -> int:
         if not words or line.startswith("No broken"):
             continue
         dependent = words[0].lower()
-        needed = next((w for w in words[2:] if w.lower() not in ("requires", "has", "requirement",
-                                                                   "which", "is", "not", "installed.")), "")
+        needed = next(
+            (
+                w
+                for w in words[2:]
+                if w.lower() not in ("requires", "has", "requirement", "which", "is", "not", "installed.")
+            ),
+            "",
+        )
         needed = re.split(r"[<>=!~\[; ]", needed, maxsplit=1)[0].lower()
         if dependent in allowed["dependents"] or needed in allowed["required"]:
             accepted.append(line)
@@ -95,7 +117,9 @@ def _pip_check(allowed_file: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("action", choices=["patch-source", "patch-installed", "record", "build-source", "pip-check"])
+    ap.add_argument(
+        "action", choices=["patch-source", "patch-installed", "record", "build-source", "pip-check"]
+    )
     ap.add_argument("--build-requirements", type=Path)
     ap.add_argument("--index-url")
     ap.add_argument("--allowed", type=Path)
@@ -117,10 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "patch-installed":
         _apply(patches, Path(sysconfig.get_paths()["purelib"]))
         return 0
-    record = {"name": args.name, "source": args.source, "package": args.package,
-              "version": importlib.metadata.version(args.package),
-              "patches": [{"file": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                          for p, _ in patches]}
+    record = {
+        "name": args.name,
+        "source": args.source,
+        "package": args.package,
+        "version": importlib.metadata.version(args.package),
+        "patches": [
+            {"file": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p, _ in patches
+        ],
+    }
     if args.source == "git":
         origin = json.loads((args.src / ".mtp-source.json").read_text())
         record["commit"] = origin["commit"]

@@ -6,6 +6,7 @@ Each module exposes:
   add_main_options(parser)           optional: options of the main job (`build.py --profile ...`),
                                      which runs as pipeline.run(commands.image.main_job(args, ...))
 """
+
 from . import ci, cluster, image, lock
 
-MODULES = [lock, image, ci, cluster]     # the order of their subcommands in --help
+MODULES = [lock, image, ci, cluster]  # the order of their subcommands in --help

@@ -5,6 +5,7 @@
   python build.py diff A B [--set C.F=V ...] [--set-a C.F=V ...] [--json] [--exit-code]
   python build.py summary --profile NAME FILE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,46 +20,68 @@ from ..errors import EXIT_RULES, InputError
 
 def register(subparsers, add_common) -> None:
     p = subparsers.add_parser(
-        "ci", help="generate .github/workflows/ from the profiles (--check: fail when stale)",
+        "ci",
+        help="generate .github/workflows/ from the profiles (--check: fail when stale)",
         description="Write .github/workflows/images.yml (one matrix entry per image) and "
-                    ".github/workflows/tests.yml from the profiles and the templates in "
-                    "mtpimage/templates/workflows/. Without --registry, the registry recorded in "
-                    "the committed images.yml is kept (GHCR of the repository owner by default).")
-    p.add_argument("--manifests", type=Path, default=argparse.SUPPRESS,
-                   help="manifests directory (default: the checkout's manifests/; installed: ./manifests)")
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 naming each workflow that differs from what would be generated")
-    p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                   help=f"registry the image workflow pushes to, baked into images.yml "
-                        f"(default: the committed one, else {workflow.DEFAULT_REGISTRY}; "
-                        f"'{workflow.OWNER}' is the lower-cased repository owner)")
+        ".github/workflows/tests.yml from the profiles and the templates in "
+        "mtpimage/templates/workflows/. Without --registry, the registry recorded in "
+        "the committed images.yml is kept (GHCR of the repository owner by default).",
+    )
+    p.add_argument(
+        "--manifests",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="manifests directory (default: the checkout's manifests/; installed: ./manifests)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 naming each workflow that differs from what would be generated",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="HOST[:PORT]/NAMESPACE",
+        help=f"registry the image workflow pushes to, baked into images.yml "
+        f"(default: the committed one, else {workflow.DEFAULT_REGISTRY}; "
+        f"'{workflow.OWNER}' is the lower-cased repository owner)",
+    )
     p.add_argument("--root", type=Path, default=workflow.REPO_ROOT, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_ci)
 
     p = subparsers.add_parser(
-        "diff", help="what differs between two profiles or images (version vectors)",
+        "diff",
+        help="what differs between two profiles or images (version vectors)",
         description="Compare the version vectors of A and B: base image, components (commit, "
-                    "ref, version, patches), packages, engine, layers and the verl overrides per "
-                    "target. A and B are profile names, image references (the vector is read from "
-                    "the image) or version.json files. --set changes B only; --set-a changes A, so "
-                    "`diff P P --set megatron-lm.commit=SHA` shows what a pin change does to P. "
-                    "Exit status: 0 whether or not A and B differ (it is a report); with "
-                    "--exit-code, 1 when they differ, as `git diff --exit-code`; 2 on bad input.")
+        "ref, version, patches), packages, engine, layers and the verl overrides per "
+        "target. A and B are profile names, image references (the vector is read from "
+        "the image) or version.json files. --set changes B only; --set-a changes A, so "
+        "`diff P P --set megatron-lm.commit=SHA` shows what a pin change does to P. "
+        "Exit status: 0 whether or not A and B differ (it is a report); with "
+        "--exit-code, 1 when they differ, as `git diff --exit-code`; 2 on bad input.",
+    )
     add_common(p)
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
-    p.add_argument("--set-a", action="append", dest="sets_a", metavar="COMPONENT.FIELD=VALUE",
-                   help="override a pin of A (repeatable); --set applies to B")
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when A and B differ (without it diff exits 0 either way)")
+    p.add_argument(
+        "--set-a",
+        action="append",
+        dest="sets_a",
+        metavar="COMPONENT.FIELD=VALUE",
+        help="override a pin of A (repeatable); --set applies to B",
+    )
+    p.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when A and B differ (without it diff exits 0 either way)",
+    )
     p.set_defaults(func=cmd_diff)
 
     p = subparsers.add_parser(
-        "summary", help="markdown job summary of one image build (used by the image workflow)")
+        "summary", help="markdown job summary of one image build (used by the image workflow)"
+    )
     p.add_argument("--profile", required=True)
     p.add_argument("file", type=Path, help="the JSON written by `build.py --summary-file`")
     p.set_defaults(func=cmd_summary)
-
-
 
 
 # -- ci --------------------------------------------------------------------------------------
@@ -72,12 +95,19 @@ def cmd_ci(args) -> int:
         for rel in stale:
             path = root / rel
             old = path.read_text().splitlines(keepends=True) if path.is_file() else []
-            sys.stdout.writelines(list(difflib.unified_diff(
-                old, files[rel].splitlines(keepends=True), f"{rel} (committed)",
-                f"{rel} (generated)"))[:60])
+            sys.stdout.writelines(
+                list(
+                    difflib.unified_diff(
+                        old, files[rel].splitlines(keepends=True), f"{rel} (committed)", f"{rel} (generated)"
+                    )
+                )[:60]
+            )
         for rel in stale:
-            print(f"error: {rel} is stale (fix: run `{workflow.regenerate_command(registry)}` "
-                  "and commit the result)", file=sys.stderr)
+            print(
+                f"error: {rel} is stale (fix: run `{workflow.regenerate_command(registry)}` "
+                "and commit the result)",
+                file=sys.stderr,
+            )
         if not stale:
             print(f"up to date: {', '.join(sorted(files))}")
         return EXIT_RULES if stale else 0
@@ -91,18 +121,27 @@ def cmd_ci(args) -> int:
 # -- diff ------------------------------------------------------------------------------------
 def _side(m, ref: str, sets) -> vvdiff.Side:
     from ..planning import plan_for
+
     if ref in m.profiles:
         return vvdiff.side_from_plan(plan_for(m, ref, sets))
     if sets:
-        raise InputError("--set", ref, "--set/--set-a apply to profiles only, not to images or files",
-                         "compare profiles, or drop the --set")
+        raise InputError(
+            "--set",
+            ref,
+            "--set/--set-a apply to profiles only, not to images or files",
+            "compare profiles, or drop the --set",
+        )
     path = Path(ref)
     if ref.endswith(".json") and path.is_file():
         return vvdiff.side_from_file(path)
     if vvdiff.looks_like_image(ref):
         return vvdiff.side_from_vector(ref, vvdiff.vector_from_image(ref), kind="image", image=ref)
-    raise InputError("diff", ref, f"'{ref}' is neither a profile, an image reference nor a .json file",
-                     f"use one of: {', '.join(m.names())}, an image like mtp-verl:TAG, or a version.json")
+    raise InputError(
+        "diff",
+        ref,
+        f"'{ref}' is neither a profile, an image reference nor a .json file",
+        f"use one of: {', '.join(m.names())}, an image like mtp-verl:TAG, or a version.json",
+    )
 
 
 def cmd_diff(args) -> int:

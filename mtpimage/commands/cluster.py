@@ -1,4 +1,5 @@
 """`export --format enroot`: a squashfs of the tested image for pyxis/enroot clusters."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,10 @@ def cmd_export(args) -> int:
     image = args.image or f"{IMAGE_REPOSITORY}:{render(plan, m.root).identity}"
     out = args.out or Path("out") / f"{image.split('/')[-1].replace(':', '+')}.sqsh"
     sqsh, vector = export_enroot(image, out)
-    print(f"exported {image}\n  squashfs        {sqsh}\n  version vector  {vector}\n"
-          f"  use: srun --container-image={sqsh} ...")
+    print(
+        f"exported {image}\n  squashfs        {sqsh}\n  version vector  {vector}\n"
+        f"  use: srun --container-image={sqsh} ..."
+    )
     return 0
 
 

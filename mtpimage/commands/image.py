@@ -6,6 +6,7 @@
 
 The main job itself is pipeline.py's; this module parses its options into a MainJob.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,14 @@ def _say(msg: str) -> None:
 
 def build_options(args) -> BuildOptions:
     return BuildOptions(
-        ca_bundle=getattr(args, "ca_bundle", None), netrc=getattr(args, "netrc", None),
-        builder=getattr(args, "builder", None), progress=getattr(args, "progress", None),
+        ca_bundle=getattr(args, "ca_bundle", None),
+        netrc=getattr(args, "netrc", None),
+        builder=getattr(args, "builder", None),
+        progress=getattr(args, "progress", None),
         no_cache=getattr(args, "no_cache", False),
         cache_from=tuple(getattr(args, "cache_from", None) or ()),
-        cache_to=tuple(getattr(args, "cache_to", None) or ()))
+        cache_to=tuple(getattr(args, "cache_to", None) or ()),
+    )
 
 
 def main_job(args, manifests, plan) -> MainJob:
@@ -39,12 +43,22 @@ def main_job(args, manifests, plan) -> MainJob:
     reg = None
     if args.push or args.registry:
         if not (args.push and args.registry):
-            raise InputError("--push", None, "--push and --registry go together",
-                             "use --push --registry HOST[:PORT]/NAMESPACE")
+            raise InputError(
+                "--push",
+                None,
+                "--push and --registry go together",
+                "use --push --registry HOST[:PORT]/NAMESPACE",
+            )
         reg = Registry.parse(args.registry)
-    return MainJob(manifests=manifests, plan=plan, frozen=getattr(args, "frozen", None), registry=reg,
-                   build=build_options(args), gpu=getattr(args, "gpu", False),
-                   summary_file=getattr(args, "summary_file", None))
+    return MainJob(
+        manifests=manifests,
+        plan=plan,
+        frozen=getattr(args, "frozen", None),
+        registry=reg,
+        build=build_options(args),
+        gpu=getattr(args, "gpu", False),
+        summary_file=getattr(args, "summary_file", None),
+    )
 
 
 # ----------------------------------------------------------------------------- commands
@@ -55,9 +69,19 @@ def cmd_render(args) -> int:
     out = Path(args.out) if args.out else Path("out") / plan.profile
     rendered.write(out)
     if getattr(args, "json", False):
-        print(json.dumps({"profile": plan.profile, "identity": rendered.identity,
-                          "image": rendered.image(), "context_digest": rendered.context_digest,
-                          "out": str(out), "files": sorted(rendered.files)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "profile": plan.profile,
+                    "identity": rendered.identity,
+                    "image": rendered.image(),
+                    "context_digest": rendered.context_digest,
+                    "out": str(out),
+                    "files": sorted(rendered.files),
+                },
+                indent=2,
+            )
+        )
     else:
         _say(f"rendered {plan.profile} -> {out}/Dockerfile ({len(rendered.files)} files)")
         _say(f"identity {rendered.image()}   context sha256:{rendered.context_digest}")
@@ -76,26 +100,51 @@ def cmd_test(args) -> int:
             image = build_image(plan, rendered, build_options(args), _say)
     report = run_tests(image, args.gpu, _say)
     if not report.ok:
-        raise TestsFailed(f"in-image checks failed for {image}: "
-                          + "; ".join(f"{r['id']}: {r['detail']}" for r in report.results
-                                      if r["status"] == "fail")[:1500])
+        raise TestsFailed(
+            f"in-image checks failed for {image}: "
+            + "; ".join(f"{r['id']}: {r['detail']}" for r in report.results if r["status"] == "fail")[:1500]
+        )
     return 0
 
 
 # ----------------------------------------------------------------------------- plug-in
 def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
     d = argparse.SUPPRESS if not main else None
-    p.add_argument("--ca-bundle", type=Path, default=d, metavar="PATH",
-                   help="CA bundle for HTTPS inside the build (a BuildKit secret: in no layer, label or log)")
-    p.add_argument("--netrc", type=Path, default=d, metavar="PATH",
-                   help="netrc with index tokens for pip inside the build (a BuildKit secret)")
-    p.add_argument("--builder", default=d, metavar="NAME", help="buildx builder (remote BuildKit) to build on")
-    p.add_argument("--progress", default=d, choices=["auto", "plain", "tty"],
-                   help="BuildKit progress output (default: tty on a terminal, else plain)")
-    p.add_argument("--no-cache", action="store_true", default=d if not main else False,
-                   help="build without the BuildKit cache")
-    p.add_argument("--gpu", action="store_true", default=d if not main else False,
-                   help="also run the GPU check in the test container (needs a GPU)")
+    p.add_argument(
+        "--ca-bundle",
+        type=Path,
+        default=d,
+        metavar="PATH",
+        help="CA bundle for HTTPS inside the build (a BuildKit secret: in no layer, label or log)",
+    )
+    p.add_argument(
+        "--netrc",
+        type=Path,
+        default=d,
+        metavar="PATH",
+        help="netrc with index tokens for pip inside the build (a BuildKit secret)",
+    )
+    p.add_argument(
+        "--builder", default=d, metavar="NAME", help="buildx builder (remote BuildKit) to build on"
+    )
+    p.add_argument(
+        "--progress",
+        default=d,
+        choices=["auto", "plain", "tty"],
+        help="BuildKit progress output (default: tty on a terminal, else plain)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        default=d if not main else False,
+        help="build without the BuildKit cache",
+    )
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        default=d if not main else False,
+        help="also run the GPU check in the test container (needs a GPU)",
+    )
 
 
 def register(subparsers, add_common) -> None:
@@ -110,17 +159,30 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--profile", required=True)
     p.add_argument("--image", help="image to test (default: the profile's identity tag; built if missing)")
     _build_options(p, main=False)
-    p.set_defaults(func=cmd_test, gpu=False, ca_bundle=None, netrc=None, builder=None,
-                   progress=None, no_cache=False)
+    p.set_defaults(
+        func=cmd_test, gpu=False, ca_bundle=None, netrc=None, builder=None, progress=None, no_cache=False
+    )
 
 
 def add_main_options(parser) -> None:
-    parser.add_argument("--cache-from", action="append", metavar="SPEC",
-                        help="BuildKit cache source, e.g. type=registry,ref=REG/mtp-verl:buildcache (repeatable)")
-    parser.add_argument("--cache-to", action="append", metavar="SPEC",
-                        help="BuildKit cache export (buildx only), e.g. type=registry,ref=...,mode=max")
-    parser.add_argument("--summary-file", type=Path, metavar="PATH",
-                        help="write a JSON summary (profile, image, pushed, references, digest) for CI")
+    parser.add_argument(
+        "--cache-from",
+        action="append",
+        metavar="SPEC",
+        help="BuildKit cache source, e.g. type=registry,ref=REG/mtp-verl:buildcache (repeatable)",
+    )
+    parser.add_argument(
+        "--cache-to",
+        action="append",
+        metavar="SPEC",
+        help="BuildKit cache export (buildx only), e.g. type=registry,ref=...,mode=max",
+    )
+    parser.add_argument(
+        "--summary-file",
+        type=Path,
+        metavar="PATH",
+        help="write a JSON summary (profile, image, pushed, references, digest) for CI",
+    )
     parser.add_argument("--push", action="store_true", help="push after the tests pass (needs --registry)")
     parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="registry to publish to")
     _build_options(parser, main=True)

@@ -12,6 +12,7 @@ and neither lock.yaml nor the source cache is changed.
 Exit status: 0 written (maybe with unverified entries), 1 written but a probe, patch or
 dependency conflict failed, 2 bad input, 3 a source or index failed (nothing written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,32 +27,53 @@ __all__ = ["BASE_UNVERIFIED", "register", "add_main_options", "cmd_lock"]
 
 def register(subparsers, add_common) -> None:
     p = subparsers.add_parser(
-        "lock", help="resolve and verify every pin, probe the sources, write manifests/lock.yaml")
+        "lock", help="resolve and verify every pin, probe the sources, write manifests/lock.yaml"
+    )
     add_common(p)
-    p.add_argument("--profile", default=argparse.SUPPRESS,
-                   help="lock only this profile (the other profiles' entries are kept)")
-    p.add_argument("--upgrade", nargs="?", const="*", default=None, metavar="COMPONENT",
-                   help="move git pins to the commit their ref points at now (git ls-remote), "
-                        "all of them or only COMPONENT; rewrites the commit in components.yaml")
-    p.add_argument("--require-verified", action="store_true",
-                   help="fail (exit 3, nothing written) when anything could not be verified")
+    p.add_argument(
+        "--profile",
+        default=argparse.SUPPRESS,
+        help="lock only this profile (the other profiles' entries are kept)",
+    )
+    p.add_argument(
+        "--upgrade",
+        nargs="?",
+        const="*",
+        default=None,
+        metavar="COMPONENT",
+        help="move git pins to the commit their ref points at now (git ls-remote), "
+        "all of them or only COMPONENT; rewrites the commit in components.yaml",
+    )
+    p.add_argument(
+        "--require-verified",
+        action="store_true",
+        help="fail (exit 3, nothing written) when anything could not be verified",
+    )
     p.set_defaults(func=cmd_lock)
 
 
 def add_main_options(parser) -> None:
     parser.add_argument(
-        "--frozen", dest="frozen", action=argparse.BooleanOptionalAction, default=None,
+        "--frozen",
+        dest="frozen",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="stop when manifests/ and manifests/lock.yaml disagree (default: on when "
-             "lock.yaml exists; --frozen also requires it to exist)")
+        "lock.yaml exists; --frozen also requires it to exist)",
+    )
 
 
 def cmd_lock(args) -> int:
     if getattr(args, "sets", None):
-        raise InputError("--set", ",".join(args.sets), "lock records manifests/ as they are",
-                         "put the override in a profile (stack.overrides) and lock that")
+        raise InputError(
+            "--set",
+            ",".join(args.sets),
+            "lock records manifests/ as they are",
+            "put the override in a profile (stack.overrides) and lock that",
+        )
     m = load_for(args)
     with exclusive(m.root):
-        m = load(m.root)       # as the previous lock run (if any) left them
+        m = load(m.root)  # as the previous lock run (if any) left them
         out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified)
     if not out.written:
         for line in out.unverified:
@@ -60,9 +82,11 @@ def cmd_lock(args) -> int:
         return EXIT_ENV
     for line in out.moved:
         print(f"upgraded {line}")
-    print(f"{'wrote' if out.changed else 'unchanged'} {m.root.name}/lock.yaml: {out.profiles} profile(s), "
-          f"{out.components} components, {out.packages} Python packages resolved "
-          f"(pip {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)")
+    print(
+        f"{'wrote' if out.changed else 'unchanged'} {m.root.name}/lock.yaml: {out.profiles} profile(s), "
+        f"{out.components} components, {out.packages} Python packages resolved "
+        f"(pip {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)"
+    )
     if out.unverified:
         print(f"{len(out.unverified)} item(s) NOT verified from this machine (recorded as verified: false):")
         for line in out.unverified:

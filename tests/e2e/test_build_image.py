@@ -3,6 +3,7 @@
 Images are built from the real templates with tests/manifests/ (a small Debian base,
 loopback stand-ins of every component). Builds share the BuildKit cache across tests.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,8 +31,16 @@ _cli = world_cli
 
 def _identity(world, profile, *sets):
     extra = [a for s in sets for a in ("--set", s)]
-    proc = _cli(world, *extra, "render", "--profile", profile, "--json",
-                "--out", str(Path(world["manifests"]).parent / f"render-{profile}"))
+    proc = _cli(
+        world,
+        *extra,
+        "render",
+        "--profile",
+        profile,
+        "--json",
+        "--out",
+        str(Path(world["manifests"]).parent / f"render-{profile}"),
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["identity"]
 
@@ -63,16 +72,26 @@ def test_push_builds_tests_pushes_and_second_run_is_up_to_date(world):
     assert first.returncode == 0, out[-4000:]
     assert re.search(r"^built ", first.stdout, re.M), "the first run must build"
     assert re.search(r"^PASS +versions", first.stdout, re.M)
-    tags = requests.get(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/tags/list", timeout=10).json()["tags"]
+    tags = requests.get(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/tags/list", timeout=10).json()[
+        "tags"
+    ]
     assert sorted(tags) == sorted([identity, profile])
-    digests = {t: requests.head(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{t}", timeout=10,
-                                headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
-                                ).headers["Docker-Content-Digest"] for t in tags}
+    digests = {
+        t: requests.head(
+            f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{t}",
+            timeout=10,
+            headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        ).headers["Docker-Content-Digest"]
+        for t in tags
+    }
     assert digests[identity] == digests[profile]
     d = digests[identity]
-    for line in (f"docker pull {reg}/mtp-verl@{d}", f"--container-image={world['host'].registry}#{ns}/mtp-verl@{d}",
-                 f"enroot import docker://{world['host'].registry}#{ns}/mtp-verl@{d}",
-                 f"apptainer pull docker://{reg}/mtp-verl@{d}"):
+    for line in (
+        f"docker pull {reg}/mtp-verl@{d}",
+        f"--container-image={world['host'].registry}#{ns}/mtp-verl@{d}",
+        f"enroot import docker://{world['host'].registry}#{ns}/mtp-verl@{d}",
+        f"apptainer pull docker://{reg}/mtp-verl@{d}",
+    ):
         assert line in first.stdout
     second = _cli(world, "--profile", profile, "--push", "--registry", reg)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -91,8 +110,11 @@ def test_equal_pins_differ_only_in_the_mode_layer(world):
     world["host"].docker("builder", "prune", "-af", timeout=300)
     for profile in ("test-detach", "test-load-only"):
         _ensure_built(world, profile)
-        layers[profile] = json.loads(world["host"].docker(
-            "image", "inspect", "--format", "{{json .RootFS.Layers}}", f"mtp-verl:{profile}").stdout)
+        layers[profile] = json.loads(
+            world["host"]
+            .docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", f"mtp-verl:{profile}")
+            .stdout
+        )
     a, b = layers["test-detach"], layers["test-load-only"]
     assert len(a) == len(b) and len(a) >= 6
     assert a[:-1] == b[:-1]

@@ -6,6 +6,7 @@ probe image, its registry stopped, and its base temp dir gone. Only caches stay.
 The session writes its registry's address to MTP_TEST_SESSION_FILE (tests/conftest.py), so
 only what this session made is looked at (another session on the same dockerd is not).
 """
+
 from __future__ import annotations
 
 import os
@@ -31,11 +32,19 @@ def _refs(host) -> set[str]:
 
 
 def _built_from(host, prefix: str) -> list[str]:
-    ids = host.docker("image", "ls", "-a", "-q", "--no-trunc", "--filter", f"label={BASE_NAME_LABEL}").stdout.split()
+    ids = host.docker(
+        "image", "ls", "-a", "-q", "--no-trunc", "--filter", f"label={BASE_NAME_LABEL}"
+    ).stdout.split()
     out = []
     for image_id in set(ids):
-        base = host.docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{BASE_NAME_LABEL}"}}}}',
-                           image_id, check=False).stdout.strip()
+        base = host.docker(
+            "image",
+            "inspect",
+            "--format",
+            f'{{{{index .Config.Labels "{BASE_NAME_LABEL}"}}}}',
+            image_id,
+            check=False,
+        ).stdout.strip()
         if base.startswith(prefix):
             out.append(image_id)
     return out
@@ -46,11 +55,21 @@ def test_a_session_leaves_only_caches(docker_host, tmp_path):
     info = tmp_path / "session.txt"
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    env = {**os.environ, "MTP_TEST_SESSION_FILE": str(info), "TMPDIR": str(tmpdir),
-           "TESTCONTAINERS_RYUK_DISABLED": "true"}
+    env = {
+        **os.environ,
+        "MTP_TEST_SESSION_FILE": str(info),
+        "TMPDIR": str(tmpdir),
+        "TESTCONTAINERS_RYUK_DISABLED": "true",
+    }
     env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECTION],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=850)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECTION],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=850,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "3 passed" in proc.stdout, proc.stdout[-2000:]
     assert info.is_file(), "the session did not report its registry (it used a shared one)"

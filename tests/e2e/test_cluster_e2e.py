@@ -1,5 +1,6 @@
 """End to end: export a built test image as an enroot squashfs; a Slurm script pinned to
 the digest the loopback registry reports."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,9 @@ def test_export_enroot_squashfs_contains_the_version_vector(world, tmp_path):
     out = tmp_path / "image.sqsh"
     proc = _cli(world, "export", "--profile", PROFILE, "--format", "enroot", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    listing = subprocess.run(["unsquashfs", "-l", str(out)], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        ["unsquashfs", "-l", str(out)], capture_output=True, text=True, check=True
+    ).stdout
     assert "squashfs-root/opt/mtp/version.json" in listing
     vector = json.loads(Path(str(out) + ".version.json").read_text())
     assert vector["profile"] == PROFILE
@@ -41,16 +44,20 @@ def test_export_enroot_squashfs_contains_the_version_vector(world, tmp_path):
 def test_slurm_script_is_pinned_to_the_pushed_digest(world):
     ns = f"mtp-cluster-{uuid.uuid4().hex[:8]}"
     reg = f"{world['host'].registry}/{ns}"
-    missing = _cli(world, "explain", "--profile", PROFILE, "--target", "rl", "--cluster", "slurm",
-                   "--registry", reg)
+    missing = _cli(
+        world, "explain", "--profile", PROFILE, "--target", "rl", "--cluster", "slurm", "--registry", reg
+    )
     assert missing.returncode == 2 and "is not published" in missing.stderr
     pushed = _cli(world, "--profile", PROFILE, "--push", "--registry", reg)
     assert pushed.returncode == 0, pushed.stdout[-3000:] + pushed.stderr[-3000:]
-    digest = requests.head(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{PROFILE}", timeout=10,
-                           headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"}
-                           ).headers["Docker-Content-Digest"]
-    script = _cli(world, "explain", "--profile", PROFILE, "--target", "rl", "--cluster", "slurm",
-                  "--registry", reg)
+    digest = requests.head(
+        f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{PROFILE}",
+        timeout=10,
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    ).headers["Docker-Content-Digest"]
+    script = _cli(
+        world, "explain", "--profile", PROFILE, "--target", "rl", "--cluster", "slurm", "--registry", reg
+    )
     assert script.returncode == 0, script.stderr
     assert f"IMAGE='{world['host'].registry}#{ns}/mtp-verl@{digest}'" in script.stdout
     assert re.search(r"actor_rollout_ref\.model\.mtp\.detach_encoder=True", script.stdout)

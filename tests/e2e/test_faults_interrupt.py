@@ -6,6 +6,7 @@ none of the tool's temp directories, no tag, and manifests/ (a real lock.yaml, w
 `lock` (while git fetches) leaves lock.yaml byte-identical and no half-fetched cache entry. Two concurrent runs both succeed, agree on the image, and leave the source
 cache consistent (each archive matches its recorded sha256).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,24 +31,41 @@ def world(docker_host, git_world, tmp_path_factory):
     base = make_test_base(docker_host)
     manifests = copy_manifests(tmp_path_factory.mktemp("sigint-manifests") / "manifests", base)
     tmp = tmp_path_factory.mktemp("tool-tmp")
-    env = {**os.environ, **git_world.env, "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
-           "MTP_DOCKER_CLI": docker_host.cli, "TMPDIR": str(tmp), "TESTCONTAINERS_RYUK_DISABLED": "true"}
+    env = {
+        **os.environ,
+        **git_world.env,
+        "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
+        "MTP_DOCKER_CLI": docker_host.cli,
+        "TMPDIR": str(tmp),
+        "TESTCONTAINERS_RYUK_DISABLED": "true",
+    }
     env.pop("MTP_DEBUG", None)
     # a real lock.yaml (builds then run --frozen against it); no index is reachable here
     env["MTP_INDEX_REWRITE"] = "https://pypi.org/simple=http://127.0.0.1:9/simple"
     env.update(MTP_NET_RETRIES="1", MTP_HTTP_TIMEOUT="5")
-    locked = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(manifests), "lock",
-                             "--profile", PROFILE], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=300)
+    locked = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "--manifests", str(manifests), "lock", "--profile", PROFILE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert locked.returncode == 0, locked.stdout + locked.stderr
     assert (manifests / "lock.yaml").is_file()
     return {"host": docker_host, "manifests": manifests, "env": env, "tmp": tmp}
 
 
 def _popen(world, *args):
-    return subprocess.Popen([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]), *args],
-                            cwd=REPO, env=world["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]), *args],
+        cwd=REPO,
+        env=world["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _snapshot(root: Path) -> dict:
@@ -59,9 +77,25 @@ def _running(world) -> set[str]:
 
 
 def _identity(world):
-    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
-                           "render", "--profile", PROFILE, "--json", "--out", str(world["tmp"] / "r")],
-                          cwd=REPO, env=world["env"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "--manifests",
+            str(world["manifests"]),
+            "render",
+            "--profile",
+            PROFILE,
+            "--json",
+            "--out",
+            str(world["tmp"] / "r"),
+        ],
+        cwd=REPO,
+        env=world["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["identity"]
 
@@ -106,9 +140,21 @@ def test_sigint_leaves_no_container_temp_dir_tag_or_changed_manifests(world, sta
         proc = _popen(world, "--profile", PROFILE, "--no-cache")
         out = _interrupt_when(proc, "build   ")
     else:
-        ok = subprocess.run([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
-                             "--profile", PROFILE], cwd=REPO, env=world["env"], capture_output=True,
-                            text=True, timeout=500)
+        ok = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "build.py"),
+                "--manifests",
+                str(world["manifests"]),
+                "--profile",
+                PROFILE,
+            ],
+            cwd=REPO,
+            env=world["env"],
+            capture_output=True,
+            text=True,
+            timeout=500,
+        )
         assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
         proc = _popen(world, "test", "--profile", PROFILE, "--image", f"mtp-verl:{PROFILE}")
         out = _interrupt_when(proc, "test    ", then=lambda: _running(world) - before_running)
@@ -131,16 +177,19 @@ def test_two_concurrent_runs_of_one_profile_both_succeed(world):
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
     host = world["host"]
-    ids = {host.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
-           for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}")}
+    ids = {
+        host.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+        for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}")
+    }
     assert len(ids) == 1
     # the one git fetcher's cache: complete trees under their commit, no half-fetched temp dir
     cache = Path(world["env"]["MTP_CACHE_DIR"]) / "git"
     trees = sorted(cache.glob("*/*/.git"))
     assert trees
     for tree in trees:
-        head = subprocess.run(["git", "-C", str(tree.parent), "rev-parse", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(tree.parent), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
         assert head == tree.parent.name
     assert not list(cache.glob("*/.*-*")), "a half-fetched source tree was left"
     assert _snapshot(world["manifests"]) == before_manifests
@@ -153,15 +202,30 @@ def test_sigint_during_lock_leaves_lock_yaml_and_no_half_fetched_cache(world, tm
     shim = tmp_path / "bin"
     shim.mkdir()
     marker = tmp_path / "fetching"
-    (shim / "git").write_text(f'#!/bin/sh\ncase " $* " in *" fetch "*) touch "{marker}"; sleep 60;; esac\n'
-                              f'exec "{real_git}" "$@"\n')
+    (shim / "git").write_text(
+        f'#!/bin/sh\ncase " $* " in *" fetch "*) touch "{marker}"; sleep 60;; esac\nexec "{real_git}" "$@"\n'
+    )
     (shim / "git").chmod(0o755)
     cache = tmp_path / "cache"
     env = {**world["env"], "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "MTP_CACHE_DIR": str(cache)}
     before = _snapshot(world["manifests"])
-    proc = subprocess.Popen([sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]),
-                             "lock", "--profile", PROFILE], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "--manifests",
+            str(world["manifests"]),
+            "lock",
+            "--profile",
+            PROFILE,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     for _ in range(600):
         if marker.exists() or proc.poll() is not None:
             break
@@ -173,6 +237,7 @@ def test_sigint_during_lock_leaves_lock_yaml_and_no_half_fetched_cache(world, tm
     assert "Traceback" not in out and "interrupted" in out, out[-3000:]
     assert _snapshot(world["manifests"]) == before
     assert not list(world["manifests"].glob(".lock-*")), "a temporary lock.yaml was left"
-    half = [p for p in cache.rglob(".*") if p.is_dir()] + [p for p in (cache / "git").glob("*/*")
-                                                           if not (p / ".git").is_dir()]
+    half = [p for p in cache.rglob(".*") if p.is_dir()] + [
+        p for p in (cache / "git").glob("*/*") if not (p / ".git").is_dir()
+    ]
     assert half == [], f"half-fetched cache entries left: {half}"

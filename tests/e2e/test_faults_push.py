@@ -6,6 +6,7 @@ traceback); the human tag `<profile>` moves only after the content tag is comple
 registry (checked with HEAD /v2/<name>/manifests/<tag> on the registry itself, not the proxy).
 FAULTS counts the faults the proxy injected (printed with -s).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -19,10 +20,14 @@ from tests.fixtures.image_fixtures import image_world, run_build
 
 pytestmark = pytest.mark.timeout(600)
 PROFILE = "test-detach"
-ACCEPT = ", ".join(["application/vnd.docker.distribution.manifest.v2+json",
-                    "application/vnd.oci.image.manifest.v1+json",
-                    "application/vnd.oci.image.index.v1+json",
-                    "application/vnd.docker.distribution.manifest.list.v2+json"])
+ACCEPT = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
 FAULTS: list = []
 
 
@@ -39,7 +44,7 @@ def proxy(world):
     with FaultProxy(world["host"].registry) as p:
         yield p
         FAULTS.extend(p.injected)
-    remove_session_images(world["host"].cli, [f"{p.address}/"])   # tags naming the proxy
+    remove_session_images(world["host"].cli, [f"{p.address}/"])  # tags naming the proxy
 
 
 def _cli(world, *args):
@@ -47,8 +52,11 @@ def _cli(world, *args):
 
 
 def _digest(world, ns, tag):
-    resp = requests.head(f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{tag}",
-                         headers={"Accept": ACCEPT}, timeout=10)
+    resp = requests.head(
+        f"http://{world['host'].registry}/v2/{ns}/mtp-verl/manifests/{tag}",
+        headers={"Accept": ACCEPT},
+        timeout=10,
+    )
     if resp.status_code == 404:
         return None
     assert resp.status_code == 200, resp.status_code
@@ -69,6 +77,7 @@ def _old_human_tag(world, ns) -> str:
 
 def _identity(world, tmp_path):
     import json
+
     proc = _cli(world, "render", "--profile", PROFILE, "--json", "--out", str(tmp_path / "render"))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["identity"]
@@ -176,11 +185,20 @@ def test_registry_killed_mid_push_leaves_no_new_tag_anywhere(world, proxy, tmp_p
     host = world["host"]
     for ref in (f"mtp-verl:{identity}", f"mtp-verl:{PROFILE}"):
         host.docker("image", "rm", "--no-prune", ref, check=False)
-    host.docker("tag", world["base"], f"mtp-verl:{PROFILE}")     # yesterday's local profile tag
+    host.docker("tag", world["base"], f"mtp-verl:{PROFILE}")  # yesterday's local profile tag
     before = _local(world, f"mtp-verl:{PROFILE}")
     proxy.add("POST", rf"/{ns}/mtp-verl/blobs/uploads/", "kill")
-    proc = run_build("--manifests", world["manifests"], "--profile", PROFILE, "--push", "--registry",
-                     f"{proxy.address}/{ns}", env={**world["env"], "MTP_NET_RETRIES": "1"}, timeout=500)
+    proc = run_build(
+        "--manifests",
+        world["manifests"],
+        "--profile",
+        PROFILE,
+        "--push",
+        "--registry",
+        f"{proxy.address}/{ns}",
+        env={**world["env"], "MTP_NET_RETRIES": "1"},
+        timeout=500,
+    )
     assert proxy.dead, (proxy.requests, proc.stdout[-2000:], proc.stderr[-2000:])
     assert "tagged  " in proc.stdout, "the run must have tagged before it pushed"
     _clean_failure(proc)
@@ -193,7 +211,7 @@ def test_registry_killed_mid_push_leaves_no_new_tag_anywhere(world, proxy, tmp_p
     assert f"docker push {proxy.address}/{ns}/mtp-verl:{identity} failed" in proc.stderr
     assert "(fix: check that registry" in proc.stderr
     host.docker("image", "rm", "--no-prune", f"mtp-verl:{PROFILE}", check=False)
-    again = _cli(world, "--profile", PROFILE)      # leave the module's image as the fixture made it
+    again = _cli(world, "--profile", PROFILE)  # leave the module's image as the fixture made it
     assert again.returncode == 0, again.stderr[-3000:]
 
 

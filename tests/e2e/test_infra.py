@@ -38,8 +38,9 @@ def ok(proc: subprocess.CompletedProcess) -> str:
 
 def run_python(tree: Path, code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 # ----------------------------------------------------------------------------- git
@@ -58,8 +59,11 @@ def test_shallow_fetch_of_exact_broken_commit_through_insteadof(git_env, fixture
     assert ok(run_git("rev-parse", "--is-shallow-repository", cwd=work)) == "true"
     assert ok(run_git("rev-list", "--count", "FETCH_HEAD", cwd=work)) == "1"
     source = ok(run_git("show", f"FETCH_HEAD:{MTP_PATH}", cwd=work))
-    layer = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)
-                 and n.name == "MultiTokenPredictionLayer")
+    layer = next(
+        n
+        for n in ast.parse(source).body
+        if isinstance(n, ast.ClassDef) and n.name == "MultiTokenPredictionLayer"
+    )
     methods = {f.name: f.args for f in layer.body if isinstance(f, ast.FunctionDef)}
     assert "padding_mask" in [a.arg for a in methods["forward"].args]
     assert "padding_mask" not in [a.arg for a in methods["_checkpointed_forward"].args]
@@ -71,7 +75,9 @@ def test_shallow_fetch_of_exact_broken_commit_through_insteadof(git_env, fixture
 
 
 def test_fork_urls_reach_the_same_stand_ins(git_env, fixture_repos):
-    out = ok(run_git("ls-remote", "https://github.com/ArronHZG/sglang.git", "fix_mtp_update_weights_from_tensor"))
+    out = ok(
+        run_git("ls-remote", "https://github.com/ArronHZG/sglang.git", "fix_mtp_update_weights_from_tensor")
+    )
     assert out.split()[0] == fixture_repos.sglang.commits["with_fix"]
     out = ok(run_git("ls-remote", "https://github.com/ArronHZG/mbridge", "refs/heads/feature/verl_mtp"))
     assert out.split()[0] == fixture_repos.mbridge.commits["uses_encoder_and_decoder"]
@@ -95,8 +101,10 @@ def test_moved_branch_head_and_server_going_away(private_git_world, tmp_path):
     new_main = advance_branch(sglang, "main")
     assert new_main != old_main
     assert ok(run_git("ls-remote", url, "refs/heads/main")).split()[0] == new_main
-    assert sglang.refs["refs/heads/fix_mtp_update_weights_from_tensor"] == before[
-        "refs/heads/fix_mtp_update_weights_from_tensor"]
+    assert (
+        sglang.refs["refs/heads/fix_mtp_update_weights_from_tensor"]
+        == before["refs/heads/fix_mtp_update_weights_from_tensor"]
+    )
     assert ok(run_git("--git-dir", str(sglang.path), "rev-parse", f"{new_main}^")) == old_main
     # Deterministic: advancing a fresh copy gives the same commit.
     other = build_fixture_repos(tmp_path / "other")
@@ -115,7 +123,9 @@ def test_moved_branch_head_and_server_going_away(private_git_world, tmp_path):
 @pytest.mark.parametrize("key, raises", [("generic", False), ("broken", True), ("fixed", False)])
 def test_megatron_stand_in_recompute_behaviour(fixture_repos, tmp_path, key, raises):
     tree = export_tree(fixture_repos.megatron, fixture_repos.megatron.commits[key], tmp_path / key)
-    proc = run_python(tree, """
+    proc = run_python(
+        tree,
+        """
         import inspect
         from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
         from megatron.core.transformer.transformer_config import TransformerConfig
@@ -129,11 +139,14 @@ def test_megatron_stand_in_recompute_behaviour(fixture_repos, tmp_path, key, rai
             print("TypeError:", e)
         else:
             print("ok", out)
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     if raises:
-        assert proc.stdout.strip() == ("TypeError: MultiTokenPredictionLayer._checkpointed_forward() got an "
-                                       "unexpected keyword argument 'padding_mask'")
+        assert proc.stdout.strip() == (
+            "TypeError: MultiTokenPredictionLayer._checkpointed_forward() got an "
+            "unexpected keyword argument 'padding_mask'"
+        )
     else:
         assert proc.stdout.strip() == "ok hidden"
 
@@ -166,16 +179,21 @@ def test_sglang_stand_in_with_and_without_fix(fixture_repos, tmp_path):
     """
     without = export_tree(sg, sg.commits["without_fix"], tmp_path / "without")
     with_fix = export_tree(sg, sg.commits["with_fix"], tmp_path / "with")
-    assert ok(run_python(without / "python", code)) == "0.5.12 False False 2"     # each runner opens it
+    assert ok(run_python(without / "python", code)) == "0.5.12 False False 2"  # each runner opens it
     assert ok(run_python(with_fix / "python", code)) == "0.5.12 True True 1"
 
     # The fork's branch: main is its merge-base, the fix and a test on top; the fix's files
     # are exactly what manifests pin by reference (the test is left out).
     git_dir = ["--git-dir", str(sg.path)]
-    assert ok(run_git(*git_dir, "merge-base", "main", "fix_mtp_update_weights_from_tensor")) == sg.commits["without_fix"]
+    assert (
+        ok(run_git(*git_dir, "merge-base", "main", "fix_mtp_update_weights_from_tensor"))
+        == sg.commits["without_fix"]
+    )
     changed = ok(run_git(*git_dir, "diff", "--name-only", sg.commits["without_fix"], sg.commits["with_fix"]))
     assert changed.splitlines() == [*SGLANG_FIX_PATHS, "test/test_unwrap_once.py"]
-    fix = run_git(*git_dir, "diff", sg.commits["without_fix"], sg.commits["with_fix"], "--", *SGLANG_FIX_PATHS).stdout
+    fix = run_git(
+        *git_dir, "diff", sg.commits["without_fix"], sg.commits["with_fix"], "--", *SGLANG_FIX_PATHS
+    ).stdout
     p = tmp_path / "fix.patch"
     p.write_text(fix)
     assert ok(run_git("apply", "--check", str(p), cwd=without)) == ""
@@ -192,8 +210,16 @@ def test_bridge_stand_ins(fixture_repos):
     assert not grep(mb, mb.commits["no_encoder_and_decoder"], "ModelType.encoder_and_decoder")
 
     def has_mimo(rev):
-        return run_git("--git-dir", str(mbr.path), "cat-file", "-e",
-                       f"{rev}:megatron/bridge/models/mimo/mimo_bridge.py").returncode == 0
+        return (
+            run_git(
+                "--git-dir",
+                str(mbr.path),
+                "cat-file",
+                "-e",
+                f"{rev}:megatron/bridge/models/mimo/mimo_bridge.py",
+            ).returncode
+            == 0
+        )
 
     assert has_mimo(mbr.commits["with_mimo"]) and not has_mimo(mbr.commits["without_mimo"])
     assert mbr.refs["refs/tags/v0.5.0-standin"] == mbr.commits["with_mimo"]
@@ -235,13 +261,15 @@ def test_buildkit_build_install_run_and_push(docker_host, registry, fixture_repo
     secret_value = f"not-in-any-layer-{uuid.uuid4().hex}"
     (tmp_path / "secret").write_text(secret_value)
     secret_sha = hashlib.sha256(secret_value.encode()).hexdigest()
-    (ctx / "Dockerfile").write_text(textwrap.dedent(f"""\
+    (ctx / "Dockerfile").write_text(
+        textwrap.dedent(f"""\
         FROM {docker_host.base_image}
         RUN --mount=type=secret,id=token echo "{secret_sha}  /run/secrets/token" | sha256sum -c -
         COPY megatron /src/megatron
         RUN python3 -m venv --system-site-packages /opt/venv \\
          && /opt/venv/bin/pip install --no-build-isolation --no-deps --no-index --no-cache-dir /src/megatron
-        """))
+        """)
+    )
     name = f"mtp-infra-test-{uuid.uuid4().hex[:8]}"
     tag = f"{registry}/infra/{name}:v1"
     proc = docker_host.build(ctx, tag, "--secret", f"id=token,src={tmp_path / 'secret'}")
@@ -251,7 +279,11 @@ def test_buildkit_build_install_run_and_push(docker_host, registry, fixture_repo
         assert secret_value not in history
 
         run = docker_host.docker(
-            "run", "--rm", tag, "/opt/venv/bin/python", "-c",
+            "run",
+            "--rm",
+            tag,
+            "/opt/venv/bin/python",
+            "-c",
             "import importlib.metadata as m; print(m.version('megatron-core'));"
             "from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer as L;"
             "from megatron.core.transformer.transformer_config import TransformerConfig as C;"
@@ -263,18 +295,22 @@ def test_buildkit_build_install_run_and_push(docker_host, registry, fixture_repo
         assert "unexpected keyword argument 'padding_mask'" in run.stderr
 
         docker_host.docker("push", tag)
-        accept = ", ".join([
-            "application/vnd.docker.distribution.manifest.v2+json",
-            "application/vnd.oci.image.manifest.v1+json",
-            "application/vnd.docker.distribution.manifest.list.v2+json",
-            "application/vnd.oci.image.index.v1+json",
-        ])
-        head = requests.head(f"http://{registry}/v2/infra/{name}/manifests/v1", headers={"Accept": accept},
-                             timeout=10)
+        accept = ", ".join(
+            [
+                "application/vnd.docker.distribution.manifest.v2+json",
+                "application/vnd.oci.image.manifest.v1+json",
+                "application/vnd.docker.distribution.manifest.list.v2+json",
+                "application/vnd.oci.image.index.v1+json",
+            ]
+        )
+        head = requests.head(
+            f"http://{registry}/v2/infra/{name}/manifests/v1", headers={"Accept": accept}, timeout=10
+        )
         assert head.status_code == 200
         assert head.headers["Docker-Content-Digest"].startswith("sha256:")
-        missing = requests.head(f"http://{registry}/v2/infra/{name}/manifests/nope", headers={"Accept": accept},
-                                timeout=10)
+        missing = requests.head(
+            f"http://{registry}/v2/infra/{name}/manifests/nope", headers={"Accept": accept}, timeout=10
+        )
         assert missing.status_code == 404
     finally:
         docker_host.docker("image", "rm", "-f", tag, check=False)

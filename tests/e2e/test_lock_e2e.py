@@ -4,6 +4,7 @@ Manifests keep the real https://github.com/... URLs; a temporary global git conf
 rewrites them to the loopback git daemon with url.<daemon>.insteadOf (tests/fixtures/servers.py).
 Nothing here fakes git.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,21 +23,29 @@ ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "mtp-cp-recompute"
 
 
-
 def build(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
-def test_probe_finds_broken_signature_in_unknown_commit(git_env, fast_net, tmp_path, http_server,
-                                                        fixture_repos, monkeypatch):
+def test_probe_finds_broken_signature_in_unknown_commit(
+    git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch
+):
     broken = fixture_repos.megatron.commits["broken"]
     known = rules.facts()["megatron"]["commits"]
-    assert broken not in known                      # only the probe can find it
-    m = standin_manifests(tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch), megatron="broken")
+    assert broken not in known  # only the probe can find it
+    m = standin_manifests(
+        tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch), megatron="broken"
+    )
 
     plain = build("check", "--manifests", str(m), "--profile", PROFILE)
-    assert plain.returncode == 0, plain.stdout + plain.stderr   # known lists: only "unknown"
+    assert plain.returncode == 0, plain.stdout + plain.stderr  # known lists: only "unknown"
 
     probed = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources")
     assert probed.returncode == 1, probed.stdout + probed.stderr
@@ -44,8 +53,17 @@ def test_probe_finds_broken_signature_in_unknown_commit(git_env, fast_net, tmp_p
     assert "_checkpointed_forward() declares explicit parameters without padding_mask" in probed.stdout
 
     fixed = fixture_repos.megatron.commits["fixed"]
-    ok = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
-               "--set", f"megatron-lm.commit={fixed}", "--json")
+    ok = build(
+        "check",
+        "--manifests",
+        str(m),
+        "--profile",
+        PROFILE,
+        "--probe-sources",
+        "--set",
+        f"megatron-lm.commit={fixed}",
+        "--json",
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     res = {r["id"]: r for r in __import__("json").loads(ok.stdout)[0]["rules"]}
     assert res["recompute-padding-mask"]["status"] == "pass"
@@ -57,16 +75,25 @@ def test_probe_finds_broken_signature_in_unknown_commit(git_env, fast_net, tmp_p
     assert any(t.name == broken for t in trees) and any(t.name == fixed for t in trees)
 
 
-def test_probe_sources_keeps_going_past_a_source_that_cannot_be_fetched(git_env, fast_net, tmp_path,
-                                                                         http_server, fixture_repos,
-                                                                         monkeypatch):
+def test_probe_sources_keeps_going_past_a_source_that_cannot_be_fetched(
+    git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch
+):
     """A pinned commit that is not upstream: the other sources are still fetched and their
     probes decided and shown; the rule needing the missing one is UNKNOWN with git's reason;
     stderr has one error line naming it; exit 3 at the end."""
     m = standin_manifests(tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch))
-    absent = "1234567" * 5 + "12345"                     # 40 hex, in no stand-in repository
-    proc = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
-                 "--set", f"megatron-lm.commit={absent}", "--json")
+    absent = "1234567" * 5 + "12345"  # 40 hex, in no stand-in repository
+    proc = build(
+        "check",
+        "--manifests",
+        str(m),
+        "--profile",
+        PROFILE,
+        "--probe-sources",
+        "--set",
+        f"megatron-lm.commit={absent}",
+        "--json",
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     [report] = __import__("json").loads(proc.stdout)
@@ -81,10 +108,21 @@ def test_probe_sources_keeps_going_past_a_source_that_cannot_be_fetched(git_env,
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: check --probe-sources: could not fetch megatron-lm (") and "(fix:" in line
 
-    text = build("check", "--manifests", str(m), "--profile", PROFILE, "--probe-sources",
-                 "--set", f"megatron-lm.commit={absent}")
+    text = build(
+        "check",
+        "--manifests",
+        str(m),
+        "--profile",
+        PROFILE,
+        "--probe-sources",
+        "--set",
+        f"megatron-lm.commit={absent}",
+    )
     assert text.returncode == 3
-    assert "UNKNOWN recompute-padding-mask: not decided: the megatron-lm source could not be fetched" in text.stdout
+    assert (
+        "UNKNOWN recompute-padding-mask: not decided: the megatron-lm source could not be fetched"
+        in text.stdout
+    )
     assert f"{PROFILE}: ok" in text.stdout
 
 
@@ -95,7 +133,7 @@ def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path
 
     first = build("lock", "--manifests", str(m), "--profile", PROFILE)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "NOT verified" in first.stdout and "transformer-engine" in first.stdout   # unreachable index named
+    assert "NOT verified" in first.stdout and "transformer-engine" in first.stdout  # unreachable index named
     a = lock.read_bytes()
     doc = yaml.safe_load(a)
     assert doc["components"]["megatron-lm"]["verified"] is True
@@ -130,20 +168,20 @@ def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path
     ok = build("--manifests", str(m), "--profile", PROFILE, "--frozen", "--dry-run")
     assert ok.returncode == 0, ok.stderr
     from mtpimage import lockfile, manifest
+
     mm = manifest.load(m)
-    lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))      # no exception
+    lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))  # no exception
     cat = m / "components.yaml"
     cat.write_text(cat.read_text().replace(repos.verl.commits["mtp_patch"], repos.verl.commits["initial"]))
     mm = manifest.load(m)
     with pytest.raises(Exception) as exc:
         lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))
     assert "verl" in str(exc.value) and "drifted" in str(exc.value)
-    code = cli.main(["--manifests", str(m), "--profile", PROFILE])   # the build stops before any image stage
+    code = cli.main(["--manifests", str(m), "--profile", PROFILE])  # the build stops before any image stage
     assert code == 2
 
 
-def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_server, monkeypatch,
-                                   capsys):
+def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_server, monkeypatch, capsys):
     repos = private_git_world.repos
     m = standin_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
     assert cli.main(["lock", "--manifests", str(m), "--profile", PROFILE]) == 0
@@ -159,7 +197,7 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
         tree = real_fetch(repo, commit)
         calls.append(repo)
         if len(calls) == 1:
-            private_git_world.daemon.stop()       # the upstream goes away mid-lock
+            private_git_world.daemon.stop()  # the upstream goes away mid-lock
         return tree
 
     monkeypatch.setattr(sources, "fetch", fetch_then_stop)
@@ -176,9 +214,14 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
 
 
 def _popen_lock(m, profile, env):
-    return subprocess.Popen([sys.executable, str(ROOT / "build.py"), "lock", "--manifests", str(m),
-                             "--profile", profile], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **env}, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "build.py"), "lock", "--manifests", str(m), "--profile", profile],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
 
 
 def test_concurrent_lock_runs_are_serialised(private_git_world, fast_net, tmp_path, http_server, monkeypatch):

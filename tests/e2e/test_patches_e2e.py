@@ -3,6 +3,7 @@ it applies (sglang, a source in a subdir; Megatron-LM, a source at the root: one
 --frozen holds it, a changed hash or a commit missing upstream is one line, and the build
 context carries the diff made from the two commits. Manifests keep the real GitHub URLs; git's
 url.insteadOf sends them to the loopback daemon (tests/fixtures/servers.py). No docker."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,17 +26,24 @@ from tests.fixtures.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = "mtp-rollout"          # the profile whose rule (sglang-rollout-fix) needs the patch
+PROFILE = "mtp-rollout"  # the profile whose rule (sglang-rollout-fix) needs the patch
 TEST_MANIFESTS = ROOT / "tests" / "manifests"
 # The stand-in fix's pin, as tests/manifests/components.yaml holds it (one place for the hash).
-SGLANG_PATCH = yaml.safe_load((TEST_MANIFESTS / "components.yaml").read_text())["components"]["sglang"]["patches"][0]
+SGLANG_PATCH = yaml.safe_load((TEST_MANIFESTS / "components.yaml").read_text())["components"]["sglang"][
+    "patches"
+][0]
 MEGATRON_FIX_SHA256 = "5429b8e9a1296acd1fc9525f923cf96347d7e2ff7fc0b526812b0ff01107150f"
 
 
-
 def build(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True,
-                          env={**os.environ}, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -54,12 +62,23 @@ def _patched_manifests(dest: Path, repos, index_url: str) -> Path:
     path = m / "components.yaml"
     cat = yaml.safe_load(path.read_text())
     sg = cat["components"]["sglang"]
-    sg.update(repo="https://github.com/sgl-project/sglang", ref="main", commit=repos.sglang.commits["without_fix"],
-              patches=[dict(SGLANG_PATCH)])
-    cat["components"]["megatron-lm"]["patches"] = [{
-        "repo": "https://github.com/NVIDIA/Megatron-LM", "base": repos.megatron.commits["broken"],
-        "head": repos.megatron.commits["fixed"], "paths": [MTP_PATH], "sha256": MEGATRON_FIX_SHA256,
-        "url": "https://github.com/NVIDIA/Megatron-LM/pull/3457", "strip": 1}]
+    sg.update(
+        repo="https://github.com/sgl-project/sglang",
+        ref="main",
+        commit=repos.sglang.commits["without_fix"],
+        patches=[dict(SGLANG_PATCH)],
+    )
+    cat["components"]["megatron-lm"]["patches"] = [
+        {
+            "repo": "https://github.com/NVIDIA/Megatron-LM",
+            "base": repos.megatron.commits["broken"],
+            "head": repos.megatron.commits["fixed"],
+            "paths": [MTP_PATH],
+            "sha256": MEGATRON_FIX_SHA256,
+            "url": "https://github.com/NVIDIA/Megatron-LM/pull/3457",
+            "strip": 1,
+        }
+    ]
     path.write_text(yaml.safe_dump(cat, sort_keys=False))
     return m
 
@@ -72,7 +91,8 @@ def _edit_patch(m: Path, comp: str, **fields) -> None:
 
 
 def test_lock_records_patches_by_reference_proves_they_apply_and_frozen_holds(
-        git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch):
+    git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch
+):
     repos = fixture_repos
     m = _patched_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
     first = build("lock", "--manifests", str(m), "--profile", PROFILE)
@@ -80,34 +100,47 @@ def test_lock_records_patches_by_reference_proves_they_apply_and_frozen_holds(
     lock = yaml.safe_load((m / "lock.yaml").read_text())
     [sg] = lock["components"]["sglang"]["patches"]
     assert {k: sg[k] for k in ("repo", "base", "head", "paths", "sha256", "strip")} == {
-        "repo": "https://github.com/ArronHZG/sglang", "base": repos.sglang.commits["without_fix"],
-        "head": repos.sglang.commits["with_fix"], "paths": list(SGLANG_FIX_PATHS),
-        "sha256": SGLANG_PATCH["sha256"], "strip": 1}
+        "repo": "https://github.com/ArronHZG/sglang",
+        "base": repos.sglang.commits["without_fix"],
+        "head": repos.sglang.commits["with_fix"],
+        "paths": list(SGLANG_FIX_PATHS),
+        "sha256": SGLANG_PATCH["sha256"],
+        "strip": 1,
+    }
     assert sg["applies"] is True and sg["verified"] is True
-    assert sg["checked_with"] == "git apply --check -p1 at the repository root"   # sglang lives in python/
-    assert sg["made_with"].startswith("git diff --no-color --no-ext-diff") and "--full-index" in sg["made_with"]
+    assert sg["checked_with"] == "git apply --check -p1 at the repository root"  # sglang lives in python/
+    assert (
+        sg["made_with"].startswith("git diff --no-color --no-ext-diff") and "--full-index" in sg["made_with"]
+    )
     [mc] = lock["components"]["megatron-lm"]["patches"]
     assert (mc["applies"], mc["sha256"], mc["paths"]) == (True, MEGATRON_FIX_SHA256, [MTP_PATH])
     probe = lock["profiles"][PROFILE]["probes"]["sglang-rollout-fix"]
     assert probe["status"] == "pass" and "with its patches applied" in probe["detail"], probe
     # both commits of each patch were fetched through the one cache, keyed by repository and commit
     cached = {p.name for p in (fast_net / "git").glob("*/*")}
-    assert {repos.sglang.commits["without_fix"], repos.sglang.commits["with_fix"],
-            repos.megatron.commits["fixed"]} <= cached
+    assert {
+        repos.sglang.commits["without_fix"],
+        repos.sglang.commits["with_fix"],
+        repos.megatron.commits["fixed"],
+    } <= cached
 
     dry = build("--manifests", str(m), "--profile", PROFILE, "--frozen", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    sglang_line = (f"+ patch ArronHZG/sglang {repos.sglang.commits['without_fix'][:8]}.."
-                   f"{repos.sglang.commits['with_fix'][:8]} (2 files), sha256 {SGLANG_PATCH['sha256']}")
+    sglang_line = (
+        f"+ patch ArronHZG/sglang {repos.sglang.commits['without_fix'][:8]}.."
+        f"{repos.sglang.commits['with_fix'][:8]} (2 files), sha256 {SGLANG_PATCH['sha256']}"
+    )
     assert sglang_line in dry.stdout
     explain = build("--manifests", str(m), "explain", "--profile", PROFILE, "--target", "rl")
-    assert f"# patch sglang: {sglang_line[len('+ patch '):]} (https://github.com/sgl-project/sglang/pull/17870)" \
+    assert (
+        f"# patch sglang: {sglang_line[len('+ patch ') :]} (https://github.com/sgl-project/sglang/pull/17870)"
         in explain.stdout
+    )
 
     # the lock with the patch passes the rule; the same source without it does not
     before = (m / "lock.yaml").read_bytes()
     bare = build("lock", "--manifests", str(m), "--profile", PROFILE)
-    assert bare.returncode == 0 and (m / "lock.yaml").read_bytes() == before   # same bytes again
+    assert bare.returncode == 0 and (m / "lock.yaml").read_bytes() == before  # same bytes again
     cat = yaml.safe_load((m / "components.yaml").read_text())
     cat["components"]["sglang"]["patches"] = []
     (tmp_path / "nopatch").mkdir()
@@ -119,30 +152,48 @@ def test_lock_records_patches_by_reference_proves_they_apply_and_frozen_holds(
 
     # --frozen: another head is drift, named as such
     _edit_patch(m, "sglang", head=repos.sglang.commits["fix_only"])
-    drift = build("--manifests", str(m), "--profile", PROFILE)       # stops before any image stage
-    one_line(drift, 2, "components.sglang.patches", "drifted", repos.sglang.commits["fix_only"], "build.py lock")
+    drift = build("--manifests", str(m), "--profile", PROFILE)  # stops before any image stage
+    one_line(
+        drift, 2, "components.sglang.patches", "drifted", repos.sglang.commits["fix_only"], "build.py lock"
+    )
 
     # a changed hash: lock refuses in one line naming key, digest and fix, and writes nothing
     _edit_patch(m, "sglang", head=repos.sglang.commits["with_fix"], sha256="0" * 64)
     bad = build("lock", "--manifests", str(m), "--profile", PROFILE)
-    one_line(bad, 2, "components.yaml:", "components.sglang.patches[0].sha256", SGLANG_PATCH["sha256"],
-             "the manifest pins " + "0" * 64, f"set sha256: {SGLANG_PATCH['sha256']}")
+    one_line(
+        bad,
+        2,
+        "components.yaml:",
+        "components.sglang.patches[0].sha256",
+        SGLANG_PATCH["sha256"],
+        "the manifest pins " + "0" * 64,
+        f"set sha256: {SGLANG_PATCH['sha256']}",
+    )
     assert (m / "lock.yaml").read_bytes() == before
 
 
 def _copy(src: Path, dest: Path) -> Path:
     import shutil
+
     return Path(shutil.copytree(src, dest))
 
 
 def test_a_patch_commit_missing_upstream_fails_lock_naming_repository_commit_and_fix(
-        git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch):
+    git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch
+):
     m = _patched_manifests(tmp_path / "m", fixture_repos, serve_index(http_server, monkeypatch))
-    absent = "1234567" * 5 + "12345"           # 40 hex, in no stand-in repository
+    absent = "1234567" * 5 + "12345"  # 40 hex, in no stand-in repository
     _edit_patch(m, "sglang", head=absent)
     proc = build("lock", "--manifests", str(m), "--profile", PROFILE)
-    line = one_line(proc, 3, "lock failed, manifests/lock.yaml left unchanged", "patch 0 of sglang",
-                    f"cannot fetch https://github.com/ArronHZG/sglang commit {absent}", "git says", "(fix: ")
+    line = one_line(
+        proc,
+        3,
+        "lock failed, manifests/lock.yaml left unchanged",
+        "patch 0 of sglang",
+        f"cannot fetch https://github.com/ArronHZG/sglang commit {absent}",
+        "git says",
+        "(fix: ",
+    )
     assert "url.<mirror>.insteadOf" in line
     assert not (m / "lock.yaml").exists()
 
@@ -150,7 +201,7 @@ def test_a_patch_commit_missing_upstream_fails_lock_naming_repository_commit_and
 def test_build_context_carries_the_diff_made_from_the_commits(git_env, fast_net, fixture_repos, tmp_path):
     m = manifest.load(TEST_MANIFESTS)
     rendered = render(plan_for(m, "test-detach", None), m.root)
-    assert not [f for f in rendered.files if f.startswith("patches/")]      # render stays pure
+    assert not [f for f in rendered.files if f.startswith("patches/")]  # render stays pure
     seen: list[str] = []
     ctx = build_context(rendered, progress=seen.append)
     with tarfile.open(fileobj=io.BytesIO(ctx)) as tar:
@@ -158,7 +209,10 @@ def test_build_context_carries_the_diff_made_from_the_commits(git_env, fast_net,
         [patch] = [n for n in names if n.startswith("patches/sglang/")]
         data = tar.extractfile(patch).read()
     sg = fixture_repos.sglang
-    assert patch == f"patches/sglang/000-ArronHZG-sglang-{sg.commits['without_fix'][:12]}-{sg.commits['with_fix'][:12]}.patch"
+    assert (
+        patch
+        == f"patches/sglang/000-ArronHZG-sglang-{sg.commits['without_fix'][:12]}-{sg.commits['with_fix'][:12]}.patch"
+    )
     assert hashlib.sha256(data).hexdigest() == SGLANG_PATCH["sha256"]
     assert data.startswith(f"diff --git a/{SGLANG_FIX_PATHS[0]} b/{SGLANG_FIX_PATHS[0]}\n".encode())
     assert b"test_unwrap_once" not in data and "src/sglang/python/pyproject.toml" in names
@@ -173,5 +227,7 @@ def test_build_context_carries_the_diff_made_from_the_commits(git_env, fast_net,
     with pytest.raises(InputError) as exc:
         build_context(render(plan_for(m2, "test-detach", None), m2.root), progress=lambda _m: None)
     msg = exc.value.one_line()
-    assert msg.startswith("manifests/components.yaml: components.sglang.patches[0].sha256: the diff ArronHZG/sglang ")
+    assert msg.startswith(
+        "manifests/components.yaml: components.sglang.patches[0].sha256: the diff ArronHZG/sglang "
+    )
     assert SGLANG_PATCH["sha256"] in msg and "f" * 64 in msg and "\n" not in str(exc.value)

@@ -2,6 +2,7 @@
 loopback). After `docker login` into a private DOCKER_CONFIG, the tool pushes, and a second
 run is up to date without building: its registry look-ups log in with what docker stored.
 Without the login the first look-up stops the run with one line saying `docker login`."""
+
 from __future__ import annotations
 
 import socket
@@ -46,10 +47,16 @@ def locked_registry(tmp_path_factory, docker_host):
         "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
         f"    rootdirectory: {root / 'storage'}\n  delete:\n    enabled: true\n"
         f"http:\n  addr: {address}\n"
-        f"auth:\n  htpasswd:\n    realm: mtp-e2e\n    path: {root / 'htpasswd'}\n")
+        f"auth:\n  htpasswd:\n    realm: mtp-e2e\n    path: {root / 'htpasswd'}\n"
+    )
     log = open(root / "registry.log", "wb")
-    proc = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [binary, "serve", str(root / "config.yml")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     try:
         deadline = time.monotonic() + 30
@@ -80,18 +87,38 @@ def test_push_and_up_to_date_with_docker_login(world, locked_registry, tmp_path)
     reg = f"{locked_registry}/ns-{uuid.uuid4().hex[:8]}"
     logged_out = tmp_path / "no-login"
     logged_out.mkdir()
-    refused = world_cli({**world, "env": {**world["env"], "DOCKER_CONFIG": str(logged_out)}},
-                        "--profile", PROFILE, "--push", "--registry", reg)
+    refused = world_cli(
+        {**world, "env": {**world["env"], "DOCKER_CONFIG": str(logged_out)}},
+        "--profile",
+        PROFILE,
+        "--push",
+        "--registry",
+        reg,
+    )
     assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert f"docker login {locked_registry}" in refused.stderr
-    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == \
-        [refused.stderr.splitlines()[-1]], refused.stderr          # one error line, no traceback
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        refused.stderr.splitlines()[-1]
+    ], refused.stderr  # one error line, no traceback
     assert "Traceback" not in refused.stderr
 
     config = tmp_path / "docker-config"
-    login = subprocess.run([world["host"].cli, "--config", str(config), "login", locked_registry,
-                            "--username", USER, "--password-stdin"], input=PASSWORD, text=True,
-                           capture_output=True, timeout=60)
+    login = subprocess.run(
+        [
+            world["host"].cli,
+            "--config",
+            str(config),
+            "login",
+            locked_registry,
+            "--username",
+            USER,
+            "--password-stdin",
+        ],
+        input=PASSWORD,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert login.returncode == 0, login.stderr
     env = {**world["env"], "DOCKER_CONFIG": str(config)}
     first = world_cli({**world, "env": env}, "--profile", PROFILE, "--push", "--registry", reg)

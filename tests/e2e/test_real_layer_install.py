@@ -7,6 +7,7 @@ package the lock puts in a LOWER layer (torch's) or one a declared override/no-d
 The git-source layers (Megatron-LM, the bridges, verl) need the pinned upstream commits, which
 CI cannot reach (no GitHub, no mirror): they were built for real by scripts/real-stack/build.sh
 (docs/real-stack.md)."""
+
 from __future__ import annotations
 
 import glob
@@ -27,8 +28,9 @@ LAYER = "extensions"
 
 def _python312() -> str:
     # pyenv's shim on PATH refuses a version that is not selected: take the interpreter itself
-    found = next(iter(sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"))), None) or \
-        shutil.which("python3.12")
+    found = next(iter(sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"))), None) or shutil.which(
+        "python3.12"
+    )
     if not found:
         pytest.skip("no CPython 3.12 on this machine (the image's Python): the layer's wheels are cp312")
     return found
@@ -49,14 +51,33 @@ def test_a_real_layer_installs_exactly_the_lock(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([_python312(), "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    proc = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                           "--require-hashes", "--only-binary=:all:", "--index-url", "https://pypi.org/simple",
-                           "-r", str(req)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "--index-url",
+            "https://pypi.org/simple",
+            "-r",
+            str(req),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     locked = {e[0]: e[1] for e in plan.locked if e[2] == LAYER and e[5]}
     assert len(locked) >= 10
-    listed = json.loads(subprocess.run([py, "-m", "pip", "list", "--format", "json"], capture_output=True,
-                                       text=True, check=True).stdout)
+    listed = json.loads(
+        subprocess.run(
+            [py, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     installed = {canonicalize_name(d["name"]): d["version"] for d in listed}
     for name, version in locked.items():
         assert installed.get(name) == version, (name, installed.get(name), version)

@@ -2,6 +2,7 @@
 (GitHub, or a mirror via url.insteadOf), so it runs only with MTP_REAL_SOURCES=1, never in CI;
 what it checks is recorded in manifests/lock.yaml by `python build.py lock` (and that record
 is checked in CI by tests/unit/test_patches.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +13,10 @@ import pytest
 from mtpimage import manifest, patches
 from mtpimage.cli import plan_for
 
-pytestmark = pytest.mark.skipif(os.environ.get("MTP_REAL_SOURCES") != "1",
-                                reason="needs the real ArronHZG/sglang commits (set MTP_REAL_SOURCES=1)")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("MTP_REAL_SOURCES") != "1",
+    reason="needs the real ArronHZG/sglang commits (set MTP_REAL_SOURCES=1)",
+)
 
 
 def test_shipped_patch_is_made_from_its_commits_with_its_pinned_sha256():
@@ -23,5 +26,6 @@ def test_shipped_patch_is_made_from_its_commits_with_its_pinned_sha256():
     assert hashlib.sha256(data).hexdigest() == p.sha256
     text = data.decode()
     assert [line.split()[2] for line in text.splitlines() if line.startswith("diff --git ")] == [
-        f"a/{path}" for path in p.paths]
+        f"a/{path}" for path in p.paths
+    ]
     assert "+def unwrap_ipc_tensors(" in text and text.count("unwrapped_tensors = unwrap_ipc_tensors(") == 2

@@ -3,6 +3,7 @@ downloads: uv reads METADATA only), the git sources as lock.yaml recorded what s
 them (their own Requires-Dist read from the pinned commits, so no GitHub is needed), and the
 manifests' overrides/excludes. Fails on any conflict no declared override covers, and on any
 drift between what resolves today and what lock.yaml says the image installs."""
+
 from __future__ import annotations
 
 import yaml
@@ -22,19 +23,25 @@ def _lock():
 
 
 def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypatch):
-    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))      # cold: ask PyPI
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))  # cold: ask PyPI
     m, doc, pyset = _lock()
     plan = plan_for(m, PROFILE, None)
     assert plan.locked, "lock.yaml must match the shipped manifests"
-    res = resolver.resolve(pyset["requirements"], pyset["stubs"], [o[0] for o in plan.overrides],
-                           [e[0] for e in plan.excludes], [dict(plan.indexes)["pypi"]], plan.python)
+    res = resolver.resolve(
+        pyset["requirements"],
+        pyset["stubs"],
+        [o[0] for o in plan.overrides],
+        [e[0] for e in plan.excludes],
+        [dict(plan.indexes)["pypi"]],
+        plan.python,
+    )
     got = {n: e["version"] for n, e in res.packages.items()}
     want = {n: str(e["version"]) for n, e in pyset["packages"].items()}
     assert got == want
     # the collisions of the real metadata, settled the declared way
     assert "flash-attn-4" not in got
     assert got["transformers"] == "5.6.2" and Version(got["kernels"]) < Version("0.11")
-    assert Version(got["setuptools"]) < Version("82") and got["triton"] == "3.6.0"   # torch's own pins
+    assert Version(got["setuptools"]) < Version("82") and got["triton"] == "3.6.0"  # torch's own pins
 
 
 def test_without_the_overrides_the_real_stack_does_not_resolve(tmp_path, monkeypatch):
@@ -43,9 +50,11 @@ def test_without_the_overrides_the_real_stack_does_not_resolve(tmp_path, monkeyp
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     _m, _doc, pyset = _lock()
     import pytest
+
     with pytest.raises(resolver.ResolutionFailed, match="transformers"):
-        resolver.resolve(pyset["requirements"], pyset["stubs"], [], ["flash-attn-4"], ["https://pypi.org/simple"],
-                         "3.12")
+        resolver.resolve(
+            pyset["requirements"], pyset["stubs"], [], ["flash-attn-4"], ["https://pypi.org/simple"], "3.12"
+        )
 
 
 def test_every_locked_file_is_a_hashed_wheel_or_a_declared_sdist():

@@ -3,6 +3,7 @@ named as such (a bare name is never looked up on docker.io, a registry-qualified
 pulled from its registry only), and --gpu on a host whose Docker cannot give a GPU fails in
 one line, exit 3, leaving no container behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,11 @@ def test_gpu_without_a_gpu_fails_cleanly_and_leaves_no_container(docker_host):
     runtimes = json.loads(docker_host.docker("info", "--format", "{{json .Runtimes}}").stdout or "{}")
     if "nvidia" in runtimes:
         pytest.skip("this dockerd has the NVIDIA runtime: the no-GPU failure cannot be produced here")
-    image = docker_host.base_image     # present locally; the container fails at start, before exec
+    image = docker_host.base_image  # present locally; the container fails at start, before exec
     before = _containers(docker_host, image)
     proc = run_build("test", "--profile", "mtp-detach", "--image", image, "--gpu")
-    err = assert_one_line_error(proc, "--gpu: Docker cannot give the container a GPU on this host",
-                                "(fix:", "without --gpu", code=3)
+    err = assert_one_line_error(
+        proc, "--gpu: Docker cannot give the container a GPU on this host", "(fix:", "without --gpu", code=3
+    )
     assert "500 Server Error" not in err and "http+docker://" not in err, err
     assert _containers(docker_host, image) - before == set(), "a Created container was left behind"

@@ -5,6 +5,7 @@ The script runs for real (as root, on the prepared host: its package, dockerd an
 steps find their results already there) with its own state directory and a registry on a
 free loopback port, so the host's registry on 127.0.0.1:5000 is not touched.
 """
+
 from __future__ import annotations
 
 import io
@@ -31,10 +32,19 @@ def _free_port() -> int:
 
 
 def _setup(state: Path, registry: str, base_image: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MTP_TEST_STATE_DIR": str(state), "MTP_TEST_REGISTRY": registry,
-           "MTP_TEST_BASE_IMAGE": base_image}
-    return subprocess.run(["bash", str(REPO / "scripts" / "setup-test-host.sh")], env=env,
-                          capture_output=True, text=True, timeout=500)
+    env = {
+        **os.environ,
+        "MTP_TEST_STATE_DIR": str(state),
+        "MTP_TEST_REGISTRY": registry,
+        "MTP_TEST_BASE_IMAGE": base_image,
+    }
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup-test-host.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
 
 
 def _stop(pid_file: Path) -> None:
@@ -62,14 +72,17 @@ def _tiny_image(host, ref: str) -> None:
         info = tarfile.TarInfo("probe.txt")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    proc = subprocess.run([host.cli, "import", "-", ref], input=buf.getvalue(), capture_output=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [host.cli, "import", "-", ref], input=buf.getvalue(), capture_output=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_registry_keeps_pushed_images_across_a_restart(docker_host, tmp_path):
     if os.geteuid() != 0:
-        pytest.fail("scripts/setup-test-host.sh runs as root; so do the tests (scripts/test.sh)", pytrace=False)
+        pytest.fail(
+            "scripts/setup-test-host.sh runs as root; so do the tests (scripts/test.sh)", pytrace=False
+        )
     state = tmp_path / "state"
     registry = f"127.0.0.1:{_free_port()}"
     ref = f"{registry}/persist/probe:v1"

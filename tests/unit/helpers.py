@@ -1,4 +1,5 @@
 """Shared helpers for unit tests: run the CLI, copy and edit manifests."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,14 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     """Run `python build.py ARGS` as users do, in a separate process."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("MTP_DEBUG", None)
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], cwd=cwd or REPO,
-                          capture_output=True, text=True, env=full_env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
 
 
 def copy_manifests(tmp: Path) -> Path:

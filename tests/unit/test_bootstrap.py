@@ -9,6 +9,7 @@ directories (symlinks), so it holds exactly the pinned set without a network or 
 pip never writes outside the temporary directory. "A Python without the dependencies" is the
 base interpreter with -S (no site-packages). PIP_LOG tells whether pip ran at all.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -54,8 +55,9 @@ def checkout(tmp_path) -> Path:
     shutil.copytree(REPO / "mtpimage", root / "mtpimage", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
     venv = root / ".venv"
-    subprocess.run([BASE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [BASE_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120
+    )
     [site] = list(venv.glob("lib/python*/site-packages"))
     ours = Path(sysconfig.get_paths()["purelib"])
     (site / "pinned-deps.pth").write_text(f"{ours}\n")
@@ -68,12 +70,18 @@ def _run(root: Path, pip_log: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MTP_DEBUG", "VIRTUAL_ENV", "PYTHONPATH")}
     # pip, should it run: no config files (no find-links or extra indexes), no index at all
     env.update(PIP_LOG=str(pip_log), PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
-    return subprocess.run([BASE_PYTHON, "-S", str(root / "build.py"), "--manifests", str(MANIFESTS), "list"],
-                          cwd=root, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [BASE_PYTHON, "-S", str(root / "build.py"), "--manifests", str(MANIFESTS), "list"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_a_venv_holding_the_pins_is_used_without_pip(checkout, tmp_path):
-    for attempt in range(2):          # every run, not only the first
+    for attempt in range(2):  # every run, not only the first
         log = tmp_path / f"pip-{attempt}.log"
         proc = _run(checkout, log)
         assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,5 @@
 """The CLI as users run it: list, check, explain, dry-run, --set, --json."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ def test_list_json():
     rows = json.loads(run_cli("list", "--json").stdout)
     assert {r["name"] for r in rows} == PROFILES
     modes = {r["name"]: r["mode"] for r in rows}
-    assert modes == {"mtp-load-only": "load-only", "mtp-full": "full", "mtp-detach": "mtp-only",
-                     "mtp-cp-recompute": "mtp-only", "mtp-rollout": "rollout"}
+    assert modes == {
+        "mtp-load-only": "load-only",
+        "mtp-full": "full",
+        "mtp-detach": "mtp-only",
+        "mtp-cp-recompute": "mtp-only",
+        "mtp-rollout": "rollout",
+    }
 
 
 def test_check_passes_for_all_profiles():
@@ -41,16 +47,27 @@ def test_check_passes_for_all_profiles():
 
 
 def test_check_refuses_core_v018_with_full_recompute():
-    proc = run_cli("check", "--profile", "mtp-cp-recompute",
-                   "--set", "megatron-lm.commit=ba7b5ebce12af60627a80985792a1449ce45f46c")
+    proc = run_cli(
+        "check",
+        "--profile",
+        "mtp-cp-recompute",
+        "--set",
+        "megatron-lm.commit=ba7b5ebce12af60627a80985792a1449ce45f46c",
+    )
     assert proc.returncode == 1
     assert "ERROR recompute-padding-mask" in proc.stdout
     assert "fix:" in proc.stdout and "core_v0.19.0" in proc.stdout
 
 
 def test_check_accepts_core_v019_with_full_recompute():
-    proc = run_cli("check", "--profile", "mtp-cp-recompute", "--json",
-                   "--set", "megatron-lm.commit=5be9626709af2722333bf54797c954c09edeada3")
+    proc = run_cli(
+        "check",
+        "--profile",
+        "mtp-cp-recompute",
+        "--json",
+        "--set",
+        "megatron-lm.commit=5be9626709af2722333bf54797c954c09edeada3",
+    )
     assert proc.returncode == 0
     [report] = json.loads(proc.stdout)
     rule = next(r for r in report["rules"] if r["id"] == "recompute-padding-mask")
@@ -71,8 +88,9 @@ def test_explain_detach_sft_uses_model_mtp_only():
     assert proc.returncode == 0
     assert "actor_rollout_ref" not in proc.stdout
     lines = [l for l in proc.stdout.splitlines() if not l.startswith("#")]
-    assert [l for l in lines if l.startswith("model.mtp.")] == \
-        [l.replace("actor_rollout_ref.model.mtp.", "model.mtp.") for l in UPSTREAM_DETACH]
+    assert [l for l in lines if l.startswith("model.mtp.")] == [
+        l.replace("actor_rollout_ref.model.mtp.", "model.mtp.") for l in UPSTREAM_DETACH
+    ]
     assert "engine=megatron" in lines
 
 
@@ -80,12 +98,14 @@ def test_explain_cp_recompute_has_engine_overrides():
     rl = run_cli("explain", "--profile", "mtp-cp-recompute", "--target", "rl", "--json")
     data = json.loads(rl.stdout)
     tc = "actor_rollout_ref.actor.megatron.override_transformer_config."
-    for line in (f"{tc}recompute_granularity=full", f"{tc}recompute_method=uniform",
-                 f"{tc}recompute_num_layers=1",
-                 "actor_rollout_ref.actor.megatron.context_parallel_size=2"):
+    for line in (
+        f"{tc}recompute_granularity=full",
+        f"{tc}recompute_method=uniform",
+        f"{tc}recompute_num_layers=1",
+        "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+    ):
         assert line in data["overrides"]
-    sft = json.loads(run_cli("explain", "--profile", "mtp-cp-recompute", "--target", "sft",
-                             "--json").stdout)
+    sft = json.loads(run_cli("explain", "--profile", "mtp-cp-recompute", "--target", "sft", "--json").stdout)
     assert "engine.override_transformer_config.recompute_granularity=full" in sft["overrides"]
     assert "engine.context_parallel_size=2" in sft["overrides"]
 
@@ -94,6 +114,7 @@ def test_explain_modes_differ_as_documented():
     def mtp_fields(profile):
         data = json.loads(run_cli("explain", "--profile", profile, "--target", "rl", "--json").stdout)
         return [l.split("mtp.")[1] for l in data["overrides"] if ".mtp." in l]
+
     assert mtp_fields("mtp-load-only") == ["enable=True"]
     assert mtp_fields("mtp-full") == ["enable=True", "enable_train=True", "mtp_loss_scaling_factor=0.1"]
     rollout = mtp_fields("mtp-rollout")
@@ -110,12 +131,14 @@ def test_explain_warns_about_model_without_mtp(tmp_path):
 
 def test_explain_warns_about_mimo_position_embeddings(tmp_path):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1,
-                               "max_position_embeddings": 4096}))
+    cfg.write_text(
+        json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1, "max_position_embeddings": 4096})
+    )
     proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert "32768" in proc.stdout and "no MTP layers" not in proc.stdout
-    cfg.write_text(json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1,
-                               "max_position_embeddings": 32768}))
+    cfg.write_text(
+        json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1, "max_position_embeddings": 32768})
+    )
     proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert "# warning" not in proc.stdout
 
@@ -133,8 +156,12 @@ def test_explain_unsupported_target():
 
 
 def test_dry_run_prints_plan_without_docker():
-    proc = run_cli("--profile", "mtp-cp-recompute", "--dry-run",
-                   env={"DOCKER_HOST": "unix:///nonexistent.sock", "PATH": "/nonexistent"})
+    proc = run_cli(
+        "--profile",
+        "mtp-cp-recompute",
+        "--dry-run",
+        env={"DOCKER_HOST": "unix:///nonexistent.sock", "PATH": "/nonexistent"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "5be9626709af2722333bf54797c954c09edeada3" in out
@@ -144,8 +171,14 @@ def test_dry_run_prints_plan_without_docker():
 
 
 def test_dry_run_json_and_set():
-    proc = run_cli("--profile", "mtp-cp-recompute", "--dry-run", "--json",
-                   "--set", "megatron-lm.commit=ba7b5ebce12af60627a80985792a1449ce45f46c")
+    proc = run_cli(
+        "--profile",
+        "mtp-cp-recompute",
+        "--dry-run",
+        "--json",
+        "--set",
+        "megatron-lm.commit=ba7b5ebce12af60627a80985792a1449ce45f46c",
+    )
     assert proc.returncode == 1  # the plan is printed, and refused
     data = json.loads(proc.stdout)
     assert data["ok"] is False

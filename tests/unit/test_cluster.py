@@ -1,4 +1,5 @@
 """Cluster job scripts: pinned by digest, carrying the mode's overrides, valid bash."""
+
 from __future__ import annotations
 
 import subprocess
@@ -51,9 +52,31 @@ def test_cluster_needs_registry():
 
 
 def test_cluster_with_explicit_digest_and_bad_digest():
-    ok = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm",
-                 "--registry", "ghcr.io/acme", "--digest", DIGEST)
+    ok = run_cli(
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        "ghcr.io/acme",
+        "--digest",
+        DIGEST,
+    )
     assert ok.returncode == 0 and f"ghcr.io#acme/mtp-verl@{DIGEST}" in ok.stdout
-    bad = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm",
-                  "--registry", "ghcr.io/acme", "--digest", "sha256:short")
+    bad = run_cli(
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        "ghcr.io/acme",
+        "--digest",
+        "sha256:short",
+    )
     assert bad.returncode == 2 and "--digest" in bad.stderr

@@ -1,4 +1,5 @@
 """`python build.py diff A B`: profiles, version-vector files and images, text and --json."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,10 @@ from .helpers import REPO, assert_one_line_error, run_cli
 
 CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
 CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
-SGLANG_PATCH = ("ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 "
-                "23f1b8d3852df6e4d48586b038d83d79ac08ba88f60ca3257277eaa6e214c8ca")
+SGLANG_PATCH = (
+    "ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 "
+    "23f1b8d3852df6e4d48586b038d83d79ac08ba88f60ca3257277eaa6e214c8ca"
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +37,32 @@ def as_version_vector(p) -> dict:
     """The image stage's /opt/mtp/version.json layout (mtp-image-builder/version-vector/v1)."""
     d = p.to_dict()
     comps = [{k: v for k, v in c.items() if k != "subdir"} for c in d["components"]]
-    return {"schema": "mtp-image-builder/version-vector/v1", "profile": p.profile,
-            "summary": "not compared", "experimental": p.experimental, "mode": p.mode,
-            "targets": d["targets"], "models": d["models"], "engine": d["engine"],
-            "rollout_engine": p.rollout_engine, "python": p.python, "cuda": p.cuda,
-            "base_image": p.base_image, "plan_digest": p.digest, "components": comps,
-            "packages": d["packages"], "layers": d["layers"], "verl_overrides": d["verl_overrides"],
-            "probes": []}
+    return {
+        "schema": "mtp-image-builder/version-vector/v1",
+        "profile": p.profile,
+        "summary": "not compared",
+        "experimental": p.experimental,
+        "mode": p.mode,
+        "targets": d["targets"],
+        "models": d["models"],
+        "engine": d["engine"],
+        "rollout_engine": p.rollout_engine,
+        "python": p.python,
+        "cuda": p.cuda,
+        "base_image": p.base_image,
+        "plan_digest": p.digest,
+        "components": comps,
+        "packages": d["packages"],
+        "layers": d["layers"],
+        "verl_overrides": d["verl_overrides"],
+        "probes": [],
+    }
 
 
 def changes(m, a, b, sets_a=None, sets_b=None):
-    return vvdiff.diff_vectors(vvdiff.side_from_plan(plan(m, a, sets_a)).vector,
-                               vvdiff.side_from_plan(plan(m, b, sets_b)).vector)
+    return vvdiff.diff_vectors(
+        vvdiff.side_from_plan(plan(m, a, sets_a)).vector, vvdiff.side_from_plan(plan(m, b, sets_b)).vector
+    )
 
 
 # -- the must-show ---------------------------------------------------------------------------
@@ -61,8 +78,7 @@ def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
     b = plan(m, "mtp-cp-recompute")
     a = plan(m, "mtp-detach")
     for target in ("rl", "sft"):
-        added = {f"{c.field}={c.b}" for c in cs
-                 if c.section == "verl_overrides" and c.item == target}
+        added = {f"{c.field}={c.b}" for c in cs if c.section == "verl_overrides" and c.item == target}
         assert added == set(b.overrides_for(target)) - set(a.overrides_for(target))
         assert added and all("context_parallel_size" in x or "recompute_" in x for x in added)
         assert all(c.kind == "added" for c in cs if c.item == target)
@@ -78,7 +94,9 @@ def test_cli_text_for_detach_vs_cp_recompute():
     assert "\nengine\n  context_parallel_size: 1 -> 2\n" in out
     assert '  recompute: (none) -> {"granularity": "full", "method": "uniform", "num_layers": 1}' in out
     assert "verl overrides (rl)\n" in out and "verl overrides (sft)\n" in out
-    assert "  + actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full" in out
+    assert (
+        "  + actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full" in out
+    )
     assert "  + engine.context_parallel_size=2" in out
     assert "components" not in out
     assert out.rstrip().endswith("11 differences")
@@ -86,8 +104,9 @@ def test_cli_text_for_detach_vs_cp_recompute():
 
 def test_a_megatron_pin_difference_is_shown_when_present():
     """--set applies to B: `diff P P --set ...` shows what the pin change does to P."""
-    proc = run_cli("diff", "mtp-cp-recompute", "mtp-cp-recompute", "--json",
-                   "--set", f"megatron-lm.commit={CORE_V018}")
+    proc = run_cli(
+        "diff", "mtp-cp-recompute", "mtp-cp-recompute", "--json", "--set", f"megatron-lm.commit={CORE_V018}"
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["same"] is False
@@ -96,18 +115,26 @@ def test_a_megatron_pin_difference_is_shown_when_present():
     assert diffs[("components", "megatron-lm", "ref")] == ("core_v0.19.0", "override")
     assert diffs[("components", "megatron-lm", "version")][1] is None
     assert all(k[0] == "components" and k[1] == "megatron-lm" for k in diffs)
-    text = run_cli("diff", "mtp-detach", "mtp-cp-recompute",
-                   "--set", f"megatron-lm.commit={CORE_V018}").stdout
+    text = run_cli(
+        "diff", "mtp-detach", "mtp-cp-recompute", "--set", f"megatron-lm.commit={CORE_V018}"
+    ).stdout
     assert f"components: megatron-lm\n  commit: {CORE_V019} -> {CORE_V018}" in text
-    assert "context_parallel_size: 1 -> 2" in text   # the profile difference is still there
+    assert "context_parallel_size: 1 -> 2" in text  # the profile difference is still there
 
 
 def test_set_a_changes_only_a(m):
     cs = changes(m, "mtp-detach", "mtp-detach", sets_a=[f"megatron-lm.commit={CORE_V018}"])
     commit = next(c for c in cs if c.field == "commit")
     assert (commit.a, commit.b) == (CORE_V018, CORE_V019)
-    proc = run_cli("diff", "mtp-detach", "mtp-detach", "--set-a", f"megatron-lm.commit={CORE_V018}",
-                   "--set", f"megatron-lm.commit={CORE_V018}")
+    proc = run_cli(
+        "diff",
+        "mtp-detach",
+        "mtp-detach",
+        "--set-a",
+        f"megatron-lm.commit={CORE_V018}",
+        "--set",
+        f"megatron-lm.commit={CORE_V018}",
+    )
     assert "no differences" in proc.stdout
 
 
@@ -130,8 +157,10 @@ def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
     vector = json.loads(render(p, m.root).files["mtp/version.json"])
     [entry] = next(c for c in vector["components"] if c["name"] == "sglang")["patches"]
     assert (entry["repo"], entry["base"], entry["head"]) == (
-        "https://github.com/ArronHZG/sglang", "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16",
-        "99433255ca365028b6c36d892ac67ac155e3d021")
+        "https://github.com/ArronHZG/sglang",
+        "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16",
+        "99433255ca365028b6c36d892ac67ac155e3d021",
+    )
     image = vvdiff.side_from_vector("image", vector)
     assert image.vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
     assert vvdiff.side_from_plan(p).vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
@@ -144,8 +173,11 @@ def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
 def test_mode_targets_and_removed_target_overrides(m):
     cs = changes(m, "mtp-detach", "mtp-rollout")
     prof = {c.field: (c.a, c.b) for c in cs if c.section == "profile"}
-    assert prof == {"mode": ("mtp-only", "rollout"), "experimental": (False, True),
-                    "targets": (["rl", "sft"], ["rl"])}
+    assert prof == {
+        "mode": ("mtp-only", "rollout"),
+        "experimental": (False, True),
+        "targets": (["rl", "sft"], ["rl"]),
+    }
     sft = [c for c in cs if c.item == "sft"]
     assert sft and all(c.kind == "removed" for c in sft)
 
@@ -177,6 +209,7 @@ def test_image_vector_equals_its_profile(m):
 
 def test_real_version_vector_module_is_compatible(m):
     from mtpimage import versionvector
+
     p = plan(m, "mtp-detach")
     side = vvdiff.side_from_vector("img", versionvector.version_vector(p), kind="image")
     assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, side.vector) == []
@@ -192,8 +225,9 @@ def test_image_vector_differences_are_found(m):
     changed["base_image"] = "nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:" + "0" * 64
     changed["packages"] = [x for x in changed["packages"] if x["name"] != "apex"]
     changed["verl_overrides"]["rl"] = list(reversed(changed["verl_overrides"]["rl"]))
-    cs = vvdiff.diff_vectors(vvdiff.side_from_vector("a", vec).vector,
-                             vvdiff.side_from_vector("b", changed).vector)
+    cs = vvdiff.diff_vectors(
+        vvdiff.side_from_vector("a", vec).vector, vvdiff.side_from_vector("b", changed).vector
+    )
     keys = {(c.section, c.item, c.field) for c in cs}
     assert ("components", "megatron-lm", "commit") in keys
     assert ("components", "megatron-lm", "ref") in keys
@@ -229,10 +263,12 @@ def test_cli_diff_of_version_vector_files(m, tmp_path):
 
 
 def test_bad_sides_are_one_line_errors(tmp_path):
-    assert_one_line_error(run_cli("diff", "mtp-detach", "no-such-profile"),
-                          "no-such-profile", "mtp-cp-recompute")
-    assert_one_line_error(run_cli("diff", "mtp-detach", "ghcr.io/a/img:1", "--set", "verl.ref=x"),
-                          "--set", "profiles only")
+    assert_one_line_error(
+        run_cli("diff", "mtp-detach", "no-such-profile"), "no-such-profile", "mtp-cp-recompute"
+    )
+    assert_one_line_error(
+        run_cli("diff", "mtp-detach", "ghcr.io/a/img:1", "--set", "verl.ref=x"), "--set", "profiles only"
+    )
     bad = tmp_path / "v.json"
     bad.write_text("{oops")
     assert_one_line_error(run_cli("diff", "mtp-detach", str(bad)), "v.json")
@@ -252,6 +288,7 @@ class FakeContainer:
         self.log.append(("get_archive", path))
         if path not in self.files:
             from docker.errors import NotFound
+
             raise NotFound(f"Could not find the file {path} in container")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -276,12 +313,14 @@ class FakeClient:
                 client.log.append(("get", ref))
                 if not local:
                     from docker.errors import ImageNotFound
+
                     raise ImageNotFound(f"No such image: {ref}")
                 return FakeImage(labels)
 
             def pull(self, ref):
                 client.log.append(("pull", ref))
                 from docker.errors import NotFound
+
                 raise NotFound(f"manifest unknown: {ref}")
 
         class Containers:
@@ -294,11 +333,13 @@ class FakeClient:
 
 def test_vector_from_image_reads_the_labelled_file_without_running(m):
     vec = as_version_vector(plan(m, "mtp-detach"))
-    client = FakeClient({vvdiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
-                        {"/opt/mtp/version.json": json.dumps(vec).encode()})
+    client = FakeClient(
+        {vvdiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
+        {"/opt/mtp/version.json": json.dumps(vec).encode()},
+    )
     assert vvdiff.vector_from_image("ghcr.io/a/mtp-verl:t", client=client) == vec
     ops = [op[0] for op in client.log]
-    assert ops == ["get", "create", "get_archive", "remove"]   # created, never started; removed
+    assert ops == ["get", "create", "get_archive", "remove"]  # created, never started; removed
     assert ("remove", True) in client.log
 
 
@@ -315,7 +356,7 @@ def test_image_without_vector_or_missing_image_is_an_input_error():
     client = FakeClient({}, {})
     with pytest.raises(InputError, match="no version vector at /opt/mtp/version.json"):
         vvdiff.vector_from_image("x/y:z", client=client)
-    assert client.log[-1] == ("remove", True)            # the created container is removed
+    assert client.log[-1] == ("remove", True)  # the created container is removed
     gone = FakeClient({}, {}, local=False)
     with pytest.raises(InputError, match="no such image, locally or in its registry"):
         vvdiff.vector_from_image("ghcr.io/x/y:z", client=gone)
@@ -328,7 +369,12 @@ def test_image_without_vector_or_missing_image_is_an_input_error():
 
 
 def test_unreachable_docker_is_an_environment_error(tmp_path):
-    proc = run_cli("diff", "mtp-detach", "ghcr.io/acme/mtp-verl:mtp-detach",
-                   env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
-    assert_one_line_error(proc, "the Docker engine cannot be reached at", "no-docker.sock (from DOCKER_HOST)",
-                          code=3)
+    proc = run_cli(
+        "diff",
+        "mtp-detach",
+        "ghcr.io/acme/mtp-verl:mtp-detach",
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
+    )
+    assert_one_line_error(
+        proc, "the Docker engine cannot be reached at", "no-docker.sock (from DOCKER_HOST)", code=3
+    )

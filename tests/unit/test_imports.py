@@ -1,6 +1,7 @@
 """The module structure: no module imports a module that imports it back (lazy imports
 inside functions included: they close a cycle just the same when they run), command
 modules never import the CLI, and only sources.py runs git to fetch."""
+
 from __future__ import annotations
 
 import ast
@@ -30,14 +31,14 @@ def import_graph() -> dict[str, set[str]]:
                 edges |= {a.name for a in node.names if a.name in mods}
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
                 for alias in node.names:
-                    if f"{target}.{alias.name}" in mods:        # `from . import sources`
+                    if f"{target}.{alias.name}" in mods:  # `from . import sources`
                         edges.add(f"{target}.{alias.name}")
-                    elif target in mods:                         # `from .plan import Plan`
+                    elif target in mods:  # `from .plan import Plan`
                         edges.add(target)
         edges.discard(name)
         graph[name] = edges
@@ -81,8 +82,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "mtpimage.pipeline" in graph["mtpimage.cli"]          # imported inside cmd_main
-    assert "mtpimage.registryapi" in graph["mtpimage.cluster"]   # imported inside a function
+    assert "mtpimage.pipeline" in graph["mtpimage.cli"]  # imported inside cmd_main
+    assert "mtpimage.registryapi" in graph["mtpimage.cluster"]  # imported inside a function
 
 
 def test_a_cycle_is_found():
@@ -115,9 +116,12 @@ def test_only_sources_runs_git_fetch_or_clone():
             elif isinstance(node, ast.Call):
                 func = node.func
                 items = node.args
-                is_git = (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")).endswith("git")
+                is_git = (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")).endswith(
+                    "git"
+                )
             else:
                 continue
             words = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-            assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), \
+            assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), (
                 f"{path.name}:{node.lineno} runs git to fetch: use sources.fetch"
+            )

@@ -1,5 +1,6 @@
 """Unit tests of the lock's pure parts: source probes on small trees, the lock file's
 bytes, --frozen, git error classification, index rewrites, stub wheels. No network."""
+
 from __future__ import annotations
 
 import textwrap
@@ -37,13 +38,17 @@ def test_recompute_probe(tmp_path, extra, status):
 
 
 def test_recompute_probe_generic_forward_without_padding_mask(tmp_path):
-    write(tmp_path, probes.MTP_FILE, """
+    write(
+        tmp_path,
+        probes.MTP_FILE,
+        """
         class MultiTokenPredictionLayer:
             def forward(self, hidden_states):
                 pass
             def _checkpointed_forward(self, forward_func, *args, **kwargs):
                 pass
-        """)
+        """,
+    )
     assert probes.recompute_signature(tmp_path).status == PASS
 
 
@@ -53,10 +58,14 @@ def test_mbridge_probe_ignores_examples_and_reads_megatron_enum(tmp_path):
     write(mb, "mbridge/core.py", "x = ModelType.encoder_or_decoder\n")
     write(mc, probes.ENUMS_FILE, "import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n")
     assert probes.mbridge_modeltype(mb, "mbridge", mc).status == PASS
-    write(mb, "mbridge/bridge.py", "from megatron.core import enums\nx = enums.ModelType.encoder_and_decoder\n")
+    write(
+        mb, "mbridge/bridge.py", "from megatron.core import enums\nx = enums.ModelType.encoder_and_decoder\n"
+    )
     v = probes.mbridge_modeltype(mb, "mbridge", mc)
     assert v.status == FAIL and "mbridge/bridge.py:2" in v.detail
-    write(mc, probes.ENUMS_FILE, "class ModelType:\n    encoder_or_decoder = 1\n    encoder_and_decoder = 2\n")
+    write(
+        mc, probes.ENUMS_FILE, "class ModelType:\n    encoder_or_decoder = 1\n    encoder_and_decoder = 2\n"
+    )
     assert probes.mbridge_modeltype(mb, "mbridge", mc).status == PASS
 
 
@@ -68,8 +77,7 @@ def test_sglang_and_bridge_probes(tmp_path):
     write(tmp_path, "python/" + probes.SGLANG_EAGLE, "y = unwrap_ipc_tensors([], 0, None)\n")
     assert probes.sglang_fix(tmp_path).status == PASS
     assert probes.bridge_mimo(tmp_path).status == FAIL
-    write(tmp_path, "src/" + probes.MIMO_BRIDGE,
-          "class MimoBridge:\n    m = 'mtp.layers.*.enorm.weight'\n")
+    write(tmp_path, "src/" + probes.MIMO_BRIDGE, "class MimoBridge:\n    m = 'mtp.layers.*.enorm.weight'\n")
     assert probes.bridge_mimo(tmp_path).status == PASS
 
 
@@ -77,18 +85,24 @@ def test_patch_paths_strip_like_patch(tmp_path):
     """patch_paths strips like `patch -pN`: with -p2 the a/python/ of a repository diff goes,
     leaving wheel (site-packages) paths, as for the shipped sglang patch."""
     diff = tmp_path / "fix.patch"
-    diff.write_text("diff --git a/python/pkg/mod.py b/python/pkg/mod.py\n--- a/python/pkg/mod.py\n"
-                    "+++ b/python/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
-                    "diff --git a/python/pkg/new.py b/python/pkg/new.py\n--- /dev/null\n"
-                    "+++ b/python/pkg/new.py\n@@ -0,0 +1 @@\n+y = 1\n")
+    diff.write_text(
+        "diff --git a/python/pkg/mod.py b/python/pkg/mod.py\n--- a/python/pkg/mod.py\n"
+        "+++ b/python/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+        "diff --git a/python/pkg/new.py b/python/pkg/new.py\n--- /dev/null\n"
+        "+++ b/python/pkg/new.py\n@@ -0,0 +1 @@\n+y = 1\n"
+    )
     assert probes.patch_paths(diff, 2) == ["pkg/mod.py", "pkg/new.py"]
     assert probes.patch_paths(diff, 1) == ["python/pkg/mod.py", "python/pkg/new.py"]
 
 
 def test_git_error_classification():
-    off = sources.GitError("https://github.com/x/y", "fetch", "fatal: Could not resolve host: github.com", "a" * 40)
+    off = sources.GitError(
+        "https://github.com/x/y", "fetch", "fatal: Could not resolve host: github.com", "a" * 40
+    )
     assert off.offline and not off.missing
-    gone = sources.GitError("https://github.com/x/y", "fetch", "fatal: read error: Connection reset by peer", "a" * 40)
+    gone = sources.GitError(
+        "https://github.com/x/y", "fetch", "fatal: read error: Connection reset by peer", "a" * 40
+    )
     assert not gone.offline and not gone.missing
     assert "github.com/x/y" in str(gone) and "a" * 40 in str(gone) and "Connection reset" in str(gone)
     miss = sources.GitError("r", "fetch", "fatal: remote error: upload-pack: not our ref abc")
@@ -103,7 +117,9 @@ def test_fetch_rejects_non_sha_without_touching_cache(tmp_path, monkeypatch):
 
 
 def test_index_rewrite(monkeypatch):
-    monkeypatch.setenv("MTP_INDEX_REWRITE", "https://pypi.org/simple=http://mirror/pypi;https://pypi.org=http://x")
+    monkeypatch.setenv(
+        "MTP_INDEX_REWRITE", "https://pypi.org/simple=http://mirror/pypi;https://pypi.org=http://x"
+    )
     assert pydeps.rewrite("https://pypi.org/simple") == "http://mirror/pypi"
     assert pydeps.rewrite("https://download.pytorch.org/whl") == "https://download.pytorch.org/whl"
 
@@ -121,25 +137,37 @@ def test_lock_dump_is_stable_and_write_is_atomic(tmp_path):
     doc = {"schema": lockfile.LOCK_SCHEMA, "b": {"z": 1, "a": [1, 2]}, "a": "x"}
     text = lockfile.dumps(doc)
     assert text.startswith("# GENERATED by `python build.py lock`")
-    assert text.index("\nb:") < text.index("\na:")      # insertion order, not re-sorted
+    assert text.index("\nb:") < text.index("\na:")  # insertion order, not re-sorted
     path = tmp_path / "lock.yaml"
     assert lockfile.write(path, doc) is True
-    assert lockfile.write(path, doc) is False            # same bytes: not rewritten
+    assert lockfile.write(path, doc) is False  # same bytes: not rewritten
     assert path.read_text() == text
     assert not list(tmp_path.glob(".lock-*"))
 
 
 def _lock_for(m, plan) -> dict:
     from mtpimage.commands.lock import BASE_UNVERIFIED  # noqa: F401 - module imports cleanly
+
     base = lockfile.base_pin(plan)
     return {
-        "schema": lockfile.LOCK_SCHEMA, "target": {"python": plan.python}, "base_image": base,
-        "components": {c.name: {**lockfile.component_pin(c), "verified": False,
-                                "patches": [lockfile.patch_pin(p) for p in c.patches]}
-                       for c in plan.components},
+        "schema": lockfile.LOCK_SCHEMA,
+        "target": {"python": plan.python},
+        "base_image": base,
+        "components": {
+            c.name: {
+                **lockfile.component_pin(c),
+                "verified": False,
+                "patches": [lockfile.patch_pin(p) for p in c.patches],
+            }
+            for c in plan.components
+        },
         "packages": {p.name: lockfile.package_pin(p) for p in plan.packages},
-        "profiles": {plan.profile: {"components": sorted(c.name for c in plan.components),
-                                    "packages": sorted(p.name for p in plan.packages)}},
+        "profiles": {
+            plan.profile: {
+                "components": sorted(c.name for c in plan.components),
+                "packages": sorted(p.name for p in plan.packages),
+            }
+        },
     }
 
 
@@ -147,7 +175,7 @@ def test_check_frozen_names_the_drifted_component():
     m = manifest.load()
     plan = plan_for(m, "mtp-detach", None)
     lock = _lock_for(m, plan)
-    lockfile.check_frozen(m, plan, lock)               # consistent: no error
+    lockfile.check_frozen(m, plan, lock)  # consistent: no error
     lock["components"]["megatron-lm"]["commit"] = "0" * 40
     with pytest.raises(InputError) as exc:
         lockfile.check_frozen(m, plan, lock)
@@ -161,24 +189,43 @@ def test_check_frozen_names_the_drifted_component():
         lockfile.check_frozen(m, other, _lock_for(m, plan))
 
 
-@pytest.mark.parametrize("field,value", [("head", "f" * 40), ("base", "e" * 40), ("sha256", "d" * 64),
-                                         ("strip", 1), ("paths", ["python/sglang/srt/x.py"])])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("head", "f" * 40),
+        ("base", "e" * 40),
+        ("sha256", "d" * 64),
+        ("strip", 1),
+        ("paths", ["python/sglang/srt/x.py"]),
+    ],
+)
 def test_check_frozen_compares_every_field_of_a_patch_by_reference(field, value):
     m = manifest.load()
     plan = plan_for(m, "mtp-rollout", None)
     lock = _lock_for(m, plan)
     lockfile.check_frozen(m, plan, lock)
     [entry] = lock["components"]["sglang"]["patches"]
-    entry.update(checked_with="patch --dry-run", applies=True, made_with="git diff ...")   # records, not pins
+    entry.update(checked_with="patch --dry-run", applies=True, made_with="git diff ...")  # records, not pins
     lockfile.check_frozen(m, plan, lock)
     entry[field] = value
     with pytest.raises(InputError) as exc:
         lockfile.check_frozen(m, plan, lock)
     msg = str(exc.value)
-    assert msg.startswith("manifests/lock.yaml: components.sglang.patches: component sglang drifted: patch 0 "
-                          f"{field}: manifests ") and repr(value) in msg and "\n" not in msg
+    assert (
+        msg.startswith(
+            "manifests/lock.yaml: components.sglang.patches: component sglang drifted: patch 0 "
+            f"{field}: manifests "
+        )
+        and repr(value) in msg
+        and "\n" not in msg
+    )
     # the old vendored-file form of the same pin is drift too
-    lock["components"]["sglang"]["patches"] = [{"file": "patches/sglang/0001-unwrap-ipc-tensors-once.patch",
-                                                "sha256": plan.component("sglang").patches[0].sha256, "strip": 2}]
+    lock["components"]["sglang"]["patches"] = [
+        {
+            "file": "patches/sglang/0001-unwrap-ipc-tensors-once.patch",
+            "sha256": plan.component("sglang").patches[0].sha256,
+            "strip": 2,
+        }
+    ]
     with pytest.raises(InputError, match="patch 0 file: manifests None"):
         lockfile.check_frozen(m, plan, lock)

@@ -1,5 +1,6 @@
 """The one network policy: its environment variables, and retrying only what the caller
 calls transient, re-raising the last error itself (never tenacity's RetryError)."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,16 +11,24 @@ from mtpimage import netpolicy
 def test_defaults_and_environment(monkeypatch):
     for var in ("MTP_NET_RETRIES", "MTP_NET_BACKOFF_MAX", "MTP_HTTP_TIMEOUT", "MTP_GIT_TIMEOUT"):
         monkeypatch.delenv(var, raising=False)
-    assert (netpolicy.attempts(), netpolicy.wait_max(), netpolicy.http_timeout(), netpolicy.git_timeout()) == \
-        (3, 8.0, 20.0, 300.0)
-    monkeypatch.setenv("MTP_NET_RETRIES", "0")          # at least one attempt, always
+    assert (
+        netpolicy.attempts(),
+        netpolicy.wait_max(),
+        netpolicy.http_timeout(),
+        netpolicy.git_timeout(),
+    ) == (3, 8.0, 20.0, 300.0)
+    monkeypatch.setenv("MTP_NET_RETRIES", "0")  # at least one attempt, always
     assert netpolicy.attempts() == 1
     monkeypatch.setenv("MTP_NET_RETRIES", "5")
     monkeypatch.setenv("MTP_NET_BACKOFF_MAX", "0.5")
     monkeypatch.setenv("MTP_HTTP_TIMEOUT", "7")
     monkeypatch.setenv("MTP_GIT_TIMEOUT", "9")
-    assert (netpolicy.attempts(), netpolicy.wait_max(), netpolicy.http_timeout(), netpolicy.git_timeout()) == \
-        (5, 0.5, 7.0, 9.0)
+    assert (
+        netpolicy.attempts(),
+        netpolicy.wait_max(),
+        netpolicy.http_timeout(),
+        netpolicy.git_timeout(),
+    ) == (5, 0.5, 7.0, 9.0)
 
 
 class Flaky(Exception):
@@ -40,7 +49,9 @@ def test_retries_transient_errors_then_reraises_the_last(monkeypatch):
         raise Flaky(f"attempt {len(calls)}")
 
     with pytest.raises(Flaky, match="attempt 3"):
-        netpolicy.retrying(lambda e: isinstance(e, Flaky), before_sleep=lambda s: sleeps.append(s.attempt_number))(fn)
+        netpolicy.retrying(
+            lambda e: isinstance(e, Flaky), before_sleep=lambda s: sleeps.append(s.attempt_number)
+        )(fn)
     assert len(calls) == 3 and sleeps == [1, 2]
 
 
@@ -82,6 +93,7 @@ def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
 
     def git(*args, cwd=None, timeout=None, input=None):
         import subprocess
+
         if args[0] == "fetch":
             seen.append(args)
             return subprocess.CompletedProcess(args, 128, "", "fatal: the remote end hung up unexpectedly")

@@ -1,6 +1,7 @@
 """Patches by reference: the tool makes the diff of two pinned commits itself, with the same
 bytes under any git configuration, checks its sha256, and names what went wrong in one line.
 Real git on a local stand-in fork (tests/fixtures/gitrepos.py, served by file://); no network."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,13 +64,23 @@ def _url(repo) -> str:
 
 
 def _patch(repo, paths=SGLANG_FIX_PATHS, sha256="0" * 64, head=None) -> Patch:
-    return Patch(None, sha256, "https://example.org/pr/1", 1, (), _url(repo),
-                 repo.commits["without_fix"], head or repo.commits["with_fix"], tuple(paths))
+    return Patch(
+        None,
+        sha256,
+        "https://example.org/pr/1",
+        1,
+        (),
+        _url(repo),
+        repo.commits["without_fix"],
+        head or repo.commits["with_fix"],
+        tuple(paths),
+    )
 
 
 def test_diff_is_made_from_both_commits_and_limited_to_its_paths(fork, cache):
-    data, files = sources.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"],
-                                      SGLANG_FIX_PATHS)
+    data, files = sources.commit_diff(
+        _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
+    )
     assert files == SGLANG_FIX_PATHS
     text = data.decode()
     assert text.startswith(f"diff --git a/{SGLANG_FIX_PATHS[0]} b/{SGLANG_FIX_PATHS[0]}\n")
@@ -92,8 +103,9 @@ def test_diff_is_made_from_both_commits_and_limited_to_its_paths(fork, cache):
 
 
 def test_diff_bytes_do_not_depend_on_the_users_git_configuration(fork, cache, tmp_path, monkeypatch):
-    plain, _ = sources.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"],
-                                   SGLANG_FIX_PATHS)
+    plain, _ = sources.commit_diff(
+        _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
+    )
     order = tmp_path / "order"
     order.write_text("\n".join(reversed(SGLANG_FIX_PATHS)) + "\n")
     hostile = tmp_path / "gitconfig"
@@ -104,34 +116,54 @@ def test_diff_bytes_do_not_depend_on_the_users_git_configuration(fork, cache, tm
     # external /bin/false fails it)...
     mine = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--bare", str(fork.path), str(mine)], check=True)
-    theirs = subprocess.run(["git", "-C", str(mine), "diff", "--no-ext-diff", fork.commits["without_fix"],
-                             fork.commits["with_fix"], "--", *SGLANG_FIX_PATHS], capture_output=True)
+    theirs = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(mine),
+            "diff",
+            "--no-ext-diff",
+            fork.commits["without_fix"],
+            fork.commits["with_fix"],
+            "--",
+            *SGLANG_FIX_PATHS,
+        ],
+        capture_output=True,
+    )
     assert theirs.returncode == 0 and theirs.stdout and theirs.stdout != plain, theirs.stderr
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", "/bin/false")
     # ...and not the tool's bytes, with a cold cache and no memo
     sources._DIFFS.clear()
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache-hostile"))
-    again, _ = sources.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"],
-                                   SGLANG_FIX_PATHS)
+    again, _ = sources.commit_diff(
+        _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
+    )
     assert again == plain
 
 
 def test_pinned_sha256_is_checked_and_a_wrong_one_names_key_digest_and_fix(fork, cache):
-    data, _ = sources.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"],
-                                  SGLANG_FIX_PATHS)
+    data, _ = sources.commit_diff(
+        _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
+    )
     digest = hashlib.sha256(data).hexdigest()
     good = _patch(fork, sha256=digest)
     assert patches.patch_bytes("sglang", 0, good, None, "components.yaml") == data
     with pytest.raises(InputError) as exc:
-        patches.patch_bytes("sglang", 0, dataclasses.replace(good, sha256="a" * 64), None, "components.yaml:70")
+        patches.patch_bytes(
+            "sglang", 0, dataclasses.replace(good, sha256="a" * 64), None, "components.yaml:70"
+        )
     msg = exc.value.one_line()
-    assert msg.startswith("components.yaml:70: components.sglang.patches[0].sha256: the diff sgl-project/sglang ")
+    assert msg.startswith(
+        "components.yaml:70: components.sglang.patches[0].sha256: the diff sgl-project/sglang "
+    )
     assert digest in msg and "a" * 64 in msg and f"set sha256: {digest}" in msg and "\n" not in str(exc.value)
 
 
 def test_a_path_the_fix_does_not_change_is_named(fork, cache):
     p = _patch(fork, paths=(*SGLANG_FIX_PATHS, "python/sglang/__init__.py"))
-    with pytest.raises(InputError, match=r"patches\[0\]\.paths\[2\]: 'python/sglang/__init__.py' is not changed"):
+    with pytest.raises(
+        InputError, match=r"patches\[0\]\.paths\[2\]: 'python/sglang/__init__.py' is not changed"
+    ):
         patches.patch_bytes("sglang", 0, p, None, "components.yaml")
 
 
@@ -151,6 +183,7 @@ def test_shipped_render_needs_no_network_and_the_context_says_what_is_missing(tm
     """Render records the pin (pure, no git); the bytes are made for the build context, and
     without the commits (no network, nothing cached) that is one error naming repository,
     commit and fix."""
+
     def no_fetch(repo, commit):
         raise AssertionError(f"render fetched {repo} {commit}")
 
@@ -172,7 +205,10 @@ def test_shipped_render_needs_no_network_and_the_context_says_what_is_missing(tm
         patch_entries(rendered, progress=lambda _m: None)
     msg = exc.value.one_line()
     assert "patch 0 of sglang (ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 " in msg
-    assert "cannot fetch https://github.com/ArronHZG/sglang commit 47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16" in msg
+    assert (
+        "cannot fetch https://github.com/ArronHZG/sglang commit 47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16"
+        in msg
+    )
     assert "(fix: " in msg
 
 
@@ -203,14 +239,21 @@ SECOND = "patches/site-extra/0001-fix.patch"
 
 def _site_manifests(tmp_path: Path) -> Path:
     import shutil
+
     root = shutil.copytree(TESTS, tmp_path / "manifests")
     entries = []
     for i, rel in enumerate((FIRST, SECOND)):
         body = f"--- a/x{i}\n+++ b/x{i}\n@@ -0,0 +1 @@\n+site fix {i}\n".encode()
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(body)
-        entries.append({"file": rel, "sha256": hashlib.sha256(body).hexdigest(), "strip": 1,
-                        "url": "https://example.org/site-fix"})
+        entries.append(
+            {
+                "file": rel,
+                "sha256": hashlib.sha256(body).hexdigest(),
+                "strip": 1,
+                "url": "https://example.org/site-fix",
+            }
+        )
     cat = yaml.safe_load((root / "components.yaml").read_text())
     cat["components"]["sglang"]["patches"] = entries
     (root / "components.yaml").write_text(yaml.safe_dump(cat, sort_keys=False))
@@ -228,9 +271,17 @@ def test_tampered_local_patch_is_refused_at_load_naming_it(tmp_path):
 
 
 def test_describe_names_repository_commits_files_and_sha256():
-    p = Patch(None, "b" * 64, "https://x", 2, (), "https://github.com/ArronHZG/sglang.git",
-              "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16", "99433255ca365028b6c36d892ac67ac155e3d021",
-              ("a.py", "b.py", "c.py"))
+    p = Patch(
+        None,
+        "b" * 64,
+        "https://x",
+        2,
+        (),
+        "https://github.com/ArronHZG/sglang.git",
+        "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16",
+        "99433255ca365028b6c36d892ac67ac155e3d021",
+        ("a.py", "b.py", "c.py"),
+    )
     assert p.describe() == f"ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 {'b' * 64}"
     assert p.name == "ArronHZG-sglang-47e9ec11ad7a-99433255ca36.patch"
     assert patches.describe(dataclasses.asdict(p)) == p.describe()
@@ -257,8 +308,10 @@ def test_a_git_source_in_a_subdir_is_patched_at_its_repository_root(tmp_path):
     assert mod._source_root(src / "python") == src
     assert mod._source_root(tmp_path / "plain") == tmp_path / "plain"
     fix = tmp_path / "fix.patch"
-    fix.write_text("diff --git a/python/pkg/mod.py b/python/pkg/mod.py\n--- a/python/pkg/mod.py\n"
-                   "+++ b/python/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    fix.write_text(
+        "diff --git a/python/pkg/mod.py b/python/pkg/mod.py\n--- a/python/pkg/mod.py\n"
+        "+++ b/python/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    )
     mod._apply([(fix, 1)], mod._source_root(src / "python"))
     assert (src / "python" / "pkg" / "mod.py").read_text() == "x = 2\n"
 
@@ -271,7 +324,12 @@ def test_the_committed_lock_made_the_shipped_patch_the_way_the_tool_makes_it_now
     [p] = plan_for(manifest.load(), "mtp-rollout", None).component("sglang").patches
     [entry] = lock["components"]["sglang"]["patches"]
     assert (entry["repo"], entry["base"], entry["head"], tuple(entry["paths"]), entry["sha256"]) == (
-        p.repo, p.base, p.head, p.paths, p.sha256)
+        p.repo,
+        p.base,
+        p.head,
+        p.paths,
+        p.sha256,
+    )
     assert entry["made_with"] == sources.diff_command(p.base, p.head, p.paths)
     assert entry["applies"] is True and entry["verified"] is True
     assert entry["checked_with"] == "patch --dry-run -p2 on the sglang 0.5.12 wheel"

@@ -1,5 +1,6 @@
 """The main job as one explicit sequence: frozen check -> build -> test -> tag -> push,
 with every step replaced by a recorder (no Docker, no registry)."""
+
 from __future__ import annotations
 
 import json
@@ -22,22 +23,33 @@ def steps(monkeypatch):
     state = {"tests_ok": True, "remote": None}
     monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: calls.append("frozen"))
     monkeypatch.setattr(publish, "local_id", lambda ref: None)
-    monkeypatch.setattr(pipeline, "build_image",
-                        lambda plan, rendered, options, say: calls.append("build") or IMAGE_ID)
-    monkeypatch.setattr(pipeline, "run_tests",
-                        lambda image, gpu, say: calls.append(f"test {image}") or SimpleNamespace(ok=state["tests_ok"]))
-    monkeypatch.setattr(publish, "tag", lambda src, ref: calls.append(f"tag {ref.split(':')[-1].split('-')[0]}"))
+    monkeypatch.setattr(
+        pipeline, "build_image", lambda plan, rendered, options, say: calls.append("build") or IMAGE_ID
+    )
+    monkeypatch.setattr(
+        pipeline,
+        "run_tests",
+        lambda image, gpu, say: calls.append(f"test {image}") or SimpleNamespace(ok=state["tests_ok"]),
+    )
+    monkeypatch.setattr(
+        publish, "tag", lambda src, ref: calls.append(f"tag {ref.split(':')[-1].split('-')[0]}")
+    )
     monkeypatch.setattr(publish, "untag", lambda ref: calls.append("untag"))
     monkeypatch.setattr(publish, "publish", lambda *a, **k: calls.append("push") or DIGEST)
-    monkeypatch.setattr(registryapi.RegistryClient, "manifest_digest", lambda self, repo, tag: state["remote"])
+    monkeypatch.setattr(
+        registryapi.RegistryClient, "manifest_digest", lambda self, repo, tag: state["remote"]
+    )
     return calls, state
 
 
 def _job(tmp_path, registry=None):
     m = manifest.load()
-    return pipeline.MainJob(manifests=m, plan=plan_for(m, "mtp-detach", None),
-                            registry=Registry.parse(registry) if registry else None,
-                            summary_file=tmp_path / "summary.json")
+    return pipeline.MainJob(
+        manifests=m,
+        plan=plan_for(m, "mtp-detach", None),
+        registry=Registry.parse(registry) if registry else None,
+        summary_file=tmp_path / "summary.json",
+    )
 
 
 def test_steps_run_in_order(steps, tmp_path):
@@ -64,6 +76,7 @@ def test_frozen_check_comes_first(steps, tmp_path, monkeypatch):
 
     def drifted(job, warn):
         raise InputError("manifests/lock.yaml", None, "drifted")
+
     monkeypatch.setattr(pipeline, "check_frozen", drifted)
     with pytest.raises(InputError):
         pipeline.run(_job(tmp_path), say=lambda _: None)
@@ -72,7 +85,7 @@ def test_frozen_check_comes_first(steps, tmp_path, monkeypatch):
 
 def test_up_to_date_in_the_registry_builds_nothing(steps, tmp_path):
     calls, state = steps
-    state["remote"] = DIGEST          # both tags already name the tested image
+    state["remote"] = DIGEST  # both tags already name the tested image
     said: list[str] = []
     assert pipeline.run(_job(tmp_path, "127.0.0.1:5000/ns"), say=said.append) == 0
     assert calls == ["frozen"]

@@ -1,4 +1,5 @@
 """The Plan is deterministic and its hash follows every input."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from .helpers import run_cli
 
 def plan(profile, sets=None):
     from mtpimage.cli import plan_for
+
     return plan_for(manifest.load(), profile, sets)
 
 
@@ -44,9 +46,9 @@ def test_profiles_with_equal_pins_share_everything_but_mode():
 
 def test_inheritance_states_only_differences():
     p = plan("mtp-cp-recompute")
-    assert p.mode == "mtp-only"                     # from mtp-detach
-    assert p.engine_dict()["context_parallel_size"] == 2   # its own
-    assert p.rollout_engine == "sglang"             # from base
+    assert p.mode == "mtp-only"  # from mtp-detach
+    assert p.engine_dict()["context_parallel_size"] == 2  # its own
+    assert p.rollout_engine == "sglang"  # from base
 
 
 def test_build_requires_are_installed_right_before_their_source():
@@ -72,10 +74,10 @@ def test_the_image_installs_exactly_the_lock_and_resolves_nothing():
     from mtpimage.render import render
 
     p = plan("mtp-cp-recompute")
-    assert len(p.locked) > 200                     # the whole resolved set, with files
+    assert len(p.locked) > 200  # the whole resolved set, with files
     names = {x[0] for x in p.locked}
     assert {"torch", "sglang", "transformers", "triton", "setuptools"} <= names
-    assert not names & {"verl", "megatron-core", "megatron-bridge", "mbridge"}   # built from git
+    assert not names & {"verl", "megatron-core", "megatron-bridge", "mbridge"}  # built from git
     files = render(p, manifest.DEFAULT_MANIFESTS).files
     dockerfile = files["Dockerfile"].decode()
     for line in dockerfile.splitlines():
@@ -89,7 +91,10 @@ def test_the_image_installs_exactly_the_lock_and_resolves_nothing():
     # torch's own requirements stay below it (setuptools<82, triton==3.6.0), never above
     assert "torch==2.11.0 " in torch_layer and "triton==3.6.0 " in torch_layer
     assert "setuptools==81." in torch_layer
-    assert p.digest != build_plan(manifest.load(), manifest.resolve_profile(manifest.load(), "mtp-cp-recompute")).digest
+    assert (
+        p.digest
+        != build_plan(manifest.load(), manifest.resolve_profile(manifest.load(), "mtp-cp-recompute")).digest
+    )
 
 
 def test_lock_pins_are_dropped_when_the_plan_drifts_from_the_lock():

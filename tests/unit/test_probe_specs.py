@@ -2,6 +2,7 @@
 pinned sources by it, the version vector carries it into the image, and the in-image checks
 (images/checks/run_checks.py, no mtpimage there) probe what is installed by the vector's entry
 (issue 14 item 5)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,7 +19,9 @@ from mtpimage.render import IMAGES_DIR, render
 
 @pytest.fixture(scope="module")
 def run_checks():
-    spec = importlib.util.spec_from_file_location("run_checks_under_test", IMAGES_DIR / "checks" / "run_checks.py")
+    spec = importlib.util.spec_from_file_location(
+        "run_checks_under_test", IMAGES_DIR / "checks" / "run_checks.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
@@ -61,5 +64,9 @@ def test_in_image_probes_read_what_the_vector_entry_names(run_checks, tmp_path, 
     assert status == run_checks.FAIL and "unwrap_twice" in detail
     vector = {"components": [], "probes": {"mimo-needs-bridge-2387": mimo}}
     assert run_checks.check_probes(vector) == [
-        run_checks.result("probe:mimo-needs-bridge-2387", run_checks.PASS,
-                          "Megatron-Bridge has the MiMo MTP bridge (class Thing)")]
+        run_checks.result(
+            "probe:mimo-needs-bridge-2387",
+            run_checks.PASS,
+            "Megatron-Bridge has the MiMo MTP bridge (class Thing)",
+        )
+    ]

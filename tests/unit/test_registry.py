@@ -1,5 +1,6 @@
 """The one registry / image-reference model: parsing tables, docker.io defaults, http for
 loopback, and the pull strings every printer (CLI, job summary, cluster scripts) shares."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,25 +12,45 @@ from mtpimage.registry import ImageRef, Registry
 D = "sha256:" + "c" * 64
 
 
-@pytest.mark.parametrize("text, host, namespace, url", [
-    ("127.0.0.1:5000/mtp", "127.0.0.1:5000", "mtp", "http://127.0.0.1:5000"),
-    ("127.0.0.1:5000", "127.0.0.1:5000", "", "http://127.0.0.1:5000"),
-    ("localhost:5000/a/b", "localhost:5000", "a/b", "http://localhost:5000"),
-    ("localhost/team", "localhost", "team", "http://localhost"),
-    ("ghcr.io/my-org", "ghcr.io", "my-org", "https://ghcr.io"),
-    ("ghcr.io/org/team/", "ghcr.io", "org/team", "https://ghcr.io"),
-    ("registry.example.com:8443/ml_team", "registry.example.com:8443", "ml_team", "https://registry.example.com:8443"),
-    ("docker.io/acme", "docker.io", "acme", "https://registry-1.docker.io"),
-    ("Registry.Example.com/acme", "Registry.Example.com", "acme", "https://Registry.Example.com"),
-])
+@pytest.mark.parametrize(
+    "text, host, namespace, url",
+    [
+        ("127.0.0.1:5000/mtp", "127.0.0.1:5000", "mtp", "http://127.0.0.1:5000"),
+        ("127.0.0.1:5000", "127.0.0.1:5000", "", "http://127.0.0.1:5000"),
+        ("localhost:5000/a/b", "localhost:5000", "a/b", "http://localhost:5000"),
+        ("localhost/team", "localhost", "team", "http://localhost"),
+        ("ghcr.io/my-org", "ghcr.io", "my-org", "https://ghcr.io"),
+        ("ghcr.io/org/team/", "ghcr.io", "org/team", "https://ghcr.io"),
+        (
+            "registry.example.com:8443/ml_team",
+            "registry.example.com:8443",
+            "ml_team",
+            "https://registry.example.com:8443",
+        ),
+        ("docker.io/acme", "docker.io", "acme", "https://registry-1.docker.io"),
+        ("Registry.Example.com/acme", "Registry.Example.com", "acme", "https://Registry.Example.com"),
+    ],
+)
 def test_registry_parse_table(text, host, namespace, url):
     reg = Registry.parse(text)
     assert (reg.host, reg.namespace, reg.base_url) == (host, namespace, url)
     assert reg.insecure == url.startswith("http:")
 
 
-@pytest.mark.parametrize("bad", ["", "noport", "noport/ns", "host:5000/UPPER", "https://ghcr.io/ns",
-                                 "ghcr.io/ns;rm", "ghcr.io//ns", "ghcr.io/{owner}", "-bad.io/ns"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "noport",
+        "noport/ns",
+        "host:5000/UPPER",
+        "https://ghcr.io/ns",
+        "ghcr.io/ns;rm",
+        "ghcr.io//ns",
+        "ghcr.io/{owner}",
+        "-bad.io/ns",
+    ],
+)
 def test_registry_parse_rejects(bad):
     with pytest.raises(InputError) as exc:
         Registry.parse(bad)
@@ -40,17 +61,34 @@ def test_owner_placeholder_only_where_asked():
     assert Registry.parse("ghcr.io/{owner}/x", owner_placeholder=True).namespace == "{owner}/x"
 
 
-@pytest.mark.parametrize("text, host, path, tag, digest, explicit", [
-    ("ubuntu", "docker.io", "library/ubuntu", None, None, False),
-    ("ubuntu:24.04", "docker.io", "library/ubuntu", "24.04", None, False),
-    ("nvidia/cuda:13.0.2-devel-ubuntu24.04@" + D, "docker.io", "nvidia/cuda", "13.0.2-devel-ubuntu24.04", D, False),
-    ("docker.io/nvidia/cuda:13.0.2", "docker.io", "nvidia/cuda", "13.0.2", None, True),
-    ("docker.io/ubuntu", "docker.io", "library/ubuntu", None, None, True),
-    ("mtp-verl:mtp-detach-0123456789ab", "docker.io", "library/mtp-verl", "mtp-detach-0123456789ab", None, False),
-    ("127.0.0.1:5000/mtp/mtp-verl:tag", "127.0.0.1:5000", "mtp/mtp-verl", "tag", None, True),
-    ("localhost/x@" + D, "localhost", "x", None, D, True),
-    ("ghcr.io/acme/mtp-verl", "ghcr.io", "acme/mtp-verl", None, None, True),
-])
+@pytest.mark.parametrize(
+    "text, host, path, tag, digest, explicit",
+    [
+        ("ubuntu", "docker.io", "library/ubuntu", None, None, False),
+        ("ubuntu:24.04", "docker.io", "library/ubuntu", "24.04", None, False),
+        (
+            "nvidia/cuda:13.0.2-devel-ubuntu24.04@" + D,
+            "docker.io",
+            "nvidia/cuda",
+            "13.0.2-devel-ubuntu24.04",
+            D,
+            False,
+        ),
+        ("docker.io/nvidia/cuda:13.0.2", "docker.io", "nvidia/cuda", "13.0.2", None, True),
+        ("docker.io/ubuntu", "docker.io", "library/ubuntu", None, None, True),
+        (
+            "mtp-verl:mtp-detach-0123456789ab",
+            "docker.io",
+            "library/mtp-verl",
+            "mtp-detach-0123456789ab",
+            None,
+            False,
+        ),
+        ("127.0.0.1:5000/mtp/mtp-verl:tag", "127.0.0.1:5000", "mtp/mtp-verl", "tag", None, True),
+        ("localhost/x@" + D, "localhost", "x", None, D, True),
+        ("ghcr.io/acme/mtp-verl", "ghcr.io", "acme/mtp-verl", None, None, True),
+    ],
+)
 def test_image_ref_parse_table(text, host, path, tag, digest, explicit):
     ref = ImageRef.parse(text)
     assert (ref.host, ref.path, ref.tag, ref.digest, ref.explicit_host) == (host, path, tag, digest, explicit)
@@ -105,10 +143,18 @@ def test_cli_summary_and_cluster_script_agree():
     assert f"IMAGE='{from_cli['pyxis'].split('=', 1)[1]}'" in script
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("ghcr.io/{owner}", True), ("localhost:5000/mtp", True), ("nvcr.io/{owner}/images", True),
-    ("ghcr.io", False), ("ghcr.io/ns/", False), ("GHCR.io/owner", False), ("myregistry/ns", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("ghcr.io/{owner}", True),
+        ("localhost:5000/mtp", True),
+        ("nvcr.io/{owner}/images", True),
+        ("ghcr.io", False),
+        ("ghcr.io/ns/", False),
+        ("GHCR.io/owner", False),
+        ("myregistry/ns", False),
+    ],
+)
 def test_workflow_registry_is_the_model_held_stricter(value, ok):
     if ok:
         assert str(workflow.parse_registry(value)) == value

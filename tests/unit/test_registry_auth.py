@@ -3,6 +3,7 @@ a small registry stand-in on loopback that requires a login: HTTP Basic, or a Be
 from a token service that itself wants the login (as GHCR, Docker Hub and distribution's
 token auth do). The credentials come from $DOCKER_CONFIG/config.json as `docker login`
 writes them: inline `auths`, a `credHelpers` entry, or `credsStore`."""
+
 from __future__ import annotations
 
 import base64
@@ -28,7 +29,7 @@ GOOD_BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
 
 class _Registry(BaseHTTPRequestHandler):
-    scheme = "basic"          # or "bearer"
+    scheme = "basic"  # or "bearer"
     seen: list = []
 
     def log_message(self, *args):
@@ -51,21 +52,27 @@ class _Registry(BaseHTTPRequestHandler):
         host = f"127.0.0.1:{self.server.server_address[1]}"
         if self.scheme == "basic":
             return {"WWW-Authenticate": 'Basic realm="registry"'}
-        return {"WWW-Authenticate": f'Bearer realm="http://{host}/token",service="stand-in",'
-                                    'scope="repository:ns/mtp-verl:pull"'}
+        return {
+            "WWW-Authenticate": f'Bearer realm="http://{host}/token",service="stand-in",'
+            'scope="repository:ns/mtp-verl:pull"'
+        }
 
     def do_GET(self):
         type(self).seen.append((self.command, self.path, self.headers.get("Authorization", "")))
         if self.path.startswith("/token"):
             if self.headers.get("Authorization") == GOOD_BASIC:
-                return self._send(200, {"Content-Type": "application/json"},
-                                  json.dumps({"token": TOKEN}).encode())
+                return self._send(
+                    200, {"Content-Type": "application/json"}, json.dumps({"token": TOKEN}).encode()
+                )
             return self._send(401)
         if not self._authorised():
             return self._send(401, self._challenge())
         if self.path == "/v2/ns/mtp-verl/tags/list":
-            return self._send(200, {"Content-Type": "application/json"},
-                              json.dumps({"name": "ns/mtp-verl", "tags": ["b", "a"]}).encode())
+            return self._send(
+                200,
+                {"Content-Type": "application/json"},
+                json.dumps({"name": "ns/mtp-verl", "tags": ["b", "a"]}).encode(),
+            )
         return self._send(404)
 
     def do_HEAD(self):
@@ -104,8 +111,10 @@ def test_lookup_uses_docker_login(private_registry, tmp_path, monkeypatch):
     assert client.manifest_digest("mtp-verl", "mtp-detach") == DIGEST
     assert client.tags("mtp-verl") == ["a", "b"]
     if handler.scheme == "bearer":
-        assert any(p.startswith("/token") and "scope=repository%3Ans%2Fmtp-verl%3Apull" in p
-                   for _, p, _ in handler.seen)
+        assert any(
+            p.startswith("/token") and "scope=repository%3Ans%2Fmtp-verl%3Apull" in p
+            for _, p, _ in handler.seen
+        )
 
 
 def test_without_a_login_the_error_says_docker_login(private_registry, tmp_path, monkeypatch):
@@ -131,9 +140,11 @@ def _helper(tmp_path, monkeypatch, name: str, host: str) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     script = bindir / f"docker-credential-{name}"
-    script.write_text("#!/bin/sh\nread server\n"
-                      f'[ "$1" = get ] && [ "$server" = "{host}" ] || {{ echo "credentials not found" >&2; exit 1; }}\n'
-                      f"printf '%s' '{json.dumps({'ServerURL': host, 'Username': USER, 'Secret': PASSWORD})}'\n")
+    script.write_text(
+        "#!/bin/sh\nread server\n"
+        f'[ "$1" = get ] && [ "$server" = "{host}" ] || {{ echo "credentials not found" >&2; exit 1; }}\n'
+        f"printf '%s' '{json.dumps({'ServerURL': host, 'Username': USER, 'Secret': PASSWORD})}'\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
 
@@ -142,25 +153,35 @@ def _helper(tmp_path, monkeypatch, name: str, host: str) -> None:
 def test_credential_helpers_are_asked(private_registry, tmp_path, monkeypatch, where):
     host, _ = private_registry
     _helper(tmp_path, monkeypatch, "fake", host)
-    doc = {"credHelpers": {host: "fake"}} if where == "credHelpers" else {"credsStore": "fake", "auths": {host: {}}}
+    doc = (
+        {"credHelpers": {host: "fake"}}
+        if where == "credHelpers"
+        else {"credsStore": "fake", "auths": {host: {}}}
+    )
     _config(tmp_path, monkeypatch, doc)
     assert RegistryClient(Registry.parse(f"{host}/ns")).manifest_digest("mtp-verl", "t") == DIGEST
 
 
 def test_credentials_lookup_table(tmp_path, monkeypatch):
     pw = base64.b64encode(b"u:p:with:colons").decode()
-    _config(tmp_path, monkeypatch, {"auths": {
-        "https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:pw").decode()},
-        "ghcr.io": {"auth": pw},
-        "registry.example.com:5000": {"username": "plain", "password": "pw"},
-        "broken.example.com": {"auth": "%%%"},
-        "token.example.com": {"identitytoken": "refresh"},
-    }})
+    _config(
+        tmp_path,
+        monkeypatch,
+        {
+            "auths": {
+                "https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:pw").decode()},
+                "ghcr.io": {"auth": pw},
+                "registry.example.com:5000": {"username": "plain", "password": "pw"},
+                "broken.example.com": {"auth": "%%%"},
+                "token.example.com": {"identitytoken": "refresh"},
+            }
+        },
+    )
     assert dockerauth.credentials("docker.io") == dockerauth.Credentials("hub", "pw")
     assert dockerauth.credentials("ghcr.io") == dockerauth.Credentials("u", "p:with:colons")
     assert dockerauth.credentials("registry.example.com:5000") == dockerauth.Credentials("plain", "pw")
     assert dockerauth.credentials("broken.example.com") is None
-    assert dockerauth.credentials("token.example.com") is None       # identity tokens: not used
+    assert dockerauth.credentials("token.example.com") is None  # identity tokens: not used
     assert dockerauth.credentials("elsewhere.example.com") is None
     assert "p:with:colons" not in repr(dockerauth.credentials("ghcr.io"))
 
@@ -178,7 +199,17 @@ def test_cluster_script_finds_the_digest_in_a_private_registry(private_registry,
     up-to-date check) logs in with what `docker login` stored."""
     host, _ = private_registry
     (tmp_path / "config.json").write_text(json.dumps(_inline(host)))
-    args = ("explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm", "--registry", f"{host}/ns")
+    args = (
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        f"{host}/ns",
+    )
     ok = run_cli(*args, env={"DOCKER_CONFIG": str(tmp_path)})
     assert ok.returncode == 0, ok.stderr
     assert f"IMAGE='{host}#ns/mtp-verl@{DIGEST}'" in ok.stdout

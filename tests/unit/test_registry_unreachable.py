@@ -5,6 +5,7 @@ Real sockets on loopback: a closed port (refused), a listener that closes every 
 without an answer, an HTTP server that answers 503, and a name under .invalid (RFC 6761:
 never resolves). `explain --cluster` looks the digest up in the registry (no Docker needed).
 """
+
 from __future__ import annotations
 
 import socket
@@ -15,8 +16,14 @@ import pytest
 
 from .helpers import assert_one_line_error, run_cli
 
-RAW = ("HTTPConnectionPool", "HTTPSConnectionPool", "Max retries exceeded", "NewConnectionError",
-       "urllib3", "object at 0x")
+RAW = (
+    "HTTPConnectionPool",
+    "HTTPSConnectionPool",
+    "Max retries exceeded",
+    "NewConnectionError",
+    "urllib3",
+    "object at 0x",
+)
 
 
 @pytest.fixture
@@ -36,6 +43,7 @@ def dropping_server():
                 continue
             conn.recv(65536)
             conn.close()
+
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     yield f"127.0.0.1:{srv.getsockname()[1]}"
@@ -54,6 +62,7 @@ def failing_server():
             self.send_response(503)
             self.send_header("Content-Length", "0")
             self.end_headers()
+
         do_GET = do_HEAD
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -64,8 +73,17 @@ def failing_server():
 
 
 def _explain(registry: str):
-    return run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm",
-                   "--registry", f"{registry}/my-org")
+    return run_cli(
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        f"{registry}/my-org",
+    )
 
 
 def _no_raw_text(err: str) -> None:
@@ -74,24 +92,41 @@ def _no_raw_text(err: str) -> None:
 
 
 def test_registry_down_connection_refused():
-    err = assert_one_line_error(_explain("127.0.0.1:9"), "registry 127.0.0.1:9 cannot be reached: connection refused",
-                                "http://127.0.0.1:9/v2/", "(fix:", code=3)
+    err = assert_one_line_error(
+        _explain("127.0.0.1:9"),
+        "registry 127.0.0.1:9 cannot be reached: connection refused",
+        "http://127.0.0.1:9/v2/",
+        "(fix:",
+        code=3,
+    )
     _no_raw_text(err)
 
 
 def test_registry_name_does_not_resolve():
-    err = assert_one_line_error(_explain("registry.invalid"), "registry registry.invalid cannot be reached: "
-                                "its host name does not resolve (DNS)", "(fix:", code=3)
+    err = assert_one_line_error(
+        _explain("registry.invalid"),
+        "registry registry.invalid cannot be reached: its host name does not resolve (DNS)",
+        "(fix:",
+        code=3,
+    )
     _no_raw_text(err)
 
 
 def test_registry_closes_the_connection(dropping_server):
-    err = assert_one_line_error(_explain(dropping_server), f"registry {dropping_server} cannot be reached: "
-                                "the connection was closed without an answer", "(fix:", code=3)
+    err = assert_one_line_error(
+        _explain(dropping_server),
+        f"registry {dropping_server} cannot be reached: the connection was closed without an answer",
+        "(fix:",
+        code=3,
+    )
     _no_raw_text(err)
 
 
 def test_registry_answers_503(failing_server):
-    err = assert_one_line_error(_explain(failing_server), f"registry {failing_server} answered HTTP 503",
-                                "(fix: the registry itself failed", code=3)
+    err = assert_one_line_error(
+        _explain(failing_server),
+        f"registry {failing_server} answered HTTP 503",
+        "(fix: the registry itself failed",
+        code=3,
+    )
     _no_raw_text(err)

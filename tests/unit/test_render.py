@@ -1,5 +1,6 @@
 """Render stage: byte-identical output, quoting, layer order and sharing, hadolint, engine
 detection, registry strings. No docker needed."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,12 @@ def test_render_twice_gives_identical_bytes(m, name, tmp_path):
     assert a.context_digest == b.context_digest and a.identity == b.identity
     a.write(tmp_path / "a")
     b.write(tmp_path / "b")
-    files_a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
-    files_b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    files_a = {
+        p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()
+    }
+    files_b = {
+        p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()
+    }
     assert files_a == files_b and len(files_a) == len(a.files)
     assert a.identity.startswith(f"{name}-") and len(a.identity) == len(name) + 13
 
@@ -58,8 +63,11 @@ def _hadolint() -> str:
 def test_hadolint_reports_no_errors(m, name, tmp_path):
     out = tmp_path / "Dockerfile"
     out.write_bytes(render(_plan(m, name), m.root).files["Dockerfile"])
-    proc = subprocess.run([_hadolint(), "--config", str(IMAGES_DIR / "hadolint.yaml"), "--format", "json", str(out)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [_hadolint(), "--config", str(IMAGES_DIR / "hadolint.yaml"), "--format", "json", str(out)],
+        capture_output=True,
+        text=True,
+    )
     findings = json.loads(proc.stdout or "[]")
     assert [f for f in findings if f["level"] == "error"] == []
     assert proc.returncode == 0, findings
@@ -67,7 +75,11 @@ def test_hadolint_reports_no_errors(m, name, tmp_path):
 
 def test_every_ignored_hadolint_rule_has_a_reason():
     lines = (IMAGES_DIR / "hadolint.yaml").read_text().splitlines()
-    ignored = [i for i, line in enumerate(lines) if line.strip().startswith("- DL") or line.strip().startswith("- SC")]
+    ignored = [
+        i
+        for i, line in enumerate(lines)
+        if line.strip().startswith("- DL") or line.strip().startswith("- SC")
+    ]
     for i in ignored:
         assert lines[i - 1].strip().startswith("#"), f"no reason above {lines[i]!r}"
 
@@ -75,7 +87,7 @@ def test_every_ignored_hadolint_rule_has_a_reason():
 def _mode_split(dockerfile: str) -> tuple[str, str]:
     head, marker, tail = dockerfile.partition("# ---- layer: mode")
     assert marker, "the mode layer marker is missing"
-    body = head[head.index("\nFROM "):]  # drop the header comment naming the profile
+    body = head[head.index("\nFROM ") :]  # drop the header comment naming the profile
     return body, tail
 
 
@@ -86,6 +98,7 @@ def test_equal_pins_share_everything_below_the_mode_layer():
     below_b, mode_b = _mode_split(b.dockerfile)
     assert below_a == below_b
     assert mode_a != mode_b
+
     # Every file the lower layers read (bind mounts: build/, patches/) is identical too.
     def lower(r):
         return {k: v for k, v in r.files.items() if not k.startswith("mtp/") and k != "Dockerfile"}
@@ -130,9 +143,8 @@ def test_locked_layers_put_every_dependency_below_every_component(name):
     comps = [i for i, n in enumerate(headers) if n not in ("os", "mode") and not n.endswith("-deps")]
     assert deps and comps and max(deps) < min(comps)
     catalogue = [layer.name for layer in plan.layers]
-    assert [headers[i] for i in comps] == [n for n in catalogue
-                                          if any(c.layer == n for c in plan.components)]
-    assert [headers[i][:-len("-deps")] for i in deps] == [n for n in catalogue if f"{n}-deps" in headers]
+    assert [headers[i] for i in comps] == [n for n in catalogue if any(c.layer == n for c in plan.components)]
+    assert [headers[i][: -len("-deps")] for i in deps] == [n for n in catalogue if f"{n}-deps" in headers]
     own = {c.package.lower() for c in plan.components}
     files = render(plan, SHIPPED.root).files
     for i in deps:
@@ -151,7 +163,9 @@ def test_locked_layers_put_every_dependency_below_every_component(name):
 def test_manifest_values_are_shell_quoted():
     plan = _plan(SHIPPED, "mtp-detach")
     hostile = "https://example.invalid/simple'; touch /pwned; echo '$(id)"
-    evil = dataclasses.replace(plan, indexes=tuple((k, hostile if k == "pypi" else v) for k, v in plan.indexes))
+    evil = dataclasses.replace(
+        plan, indexes=tuple((k, hostile if k == "pypi" else v) for k, v in plan.indexes)
+    )
     text = render(evil, SHIPPED.root).dockerfile
     assert shlex.quote(hostile) in text
     for line in text.splitlines():
@@ -180,14 +194,20 @@ def test_version_vector_lists_every_pin():
     assert vv["verl_overrides"]["rl"] == plan.overrides_for("rl")
     assert vv["engine"]["recompute"]["granularity"] == "full"
     assert "recompute-padding-mask" in vv["probes"]
-    assert "recompute-padding-mask" not in json.loads(
-        render(_plan(SHIPPED, "mtp-detach"), SHIPPED.root).files["mtp/version.json"])["probes"]
+    assert (
+        "recompute-padding-mask"
+        not in json.loads(render(_plan(SHIPPED, "mtp-detach"), SHIPPED.root).files["mtp/version.json"])[
+            "probes"
+        ]
+    )
 
 
 def test_template_change_changes_identity_but_not_lower_layers(tmp_path):
     images = tmp_path / "images"
     shutil.copytree(IMAGES_DIR, images)
-    (images / "checks" / "run_checks.py").write_text((images / "checks" / "run_checks.py").read_text() + "\n# edit\n")
+    (images / "checks" / "run_checks.py").write_text(
+        (images / "checks" / "run_checks.py").read_text() + "\n# edit\n"
+    )
     plan = _plan(TESTS, "test-detach")
     a, b = render(plan, TESTS.root), render(plan, TESTS.root, images)
     assert a.identity != b.identity
@@ -213,14 +233,18 @@ def test_no_host_paths_in_render():
 # ----------------------------------------------------------------------------- engine
 def _fake_cli(path: Path, buildx: bool, builtin: bool) -> str:
     bx = "echo buildx v0; exit 0" if buildx else "echo unknown command >&2; exit 1"
-    bk = ("echo '  --secret stringArray'; exit 0" if builtin
-          else "echo 'ERROR: BuildKit is enabled but the buildx component is missing' >&2; exit 1")
+    bk = (
+        "echo '  --secret stringArray'; exit 0"
+        if builtin
+        else "echo 'ERROR: BuildKit is enabled but the buildx component is missing' >&2; exit 1"
+    )
     path.write_text(
         "#!/bin/sh\n"
         'if [ "$1" = version ]; then echo 99.0; exit 0; fi\n'
         f'if [ "$1" = buildx ]; then {bx}; fi\n'
         f'if [ "$1" = build ]; then {bk}; fi\n'
-        "exit 1\n")
+        "exit 1\n"
+    )
     path.chmod(0o755)
     return str(path)
 

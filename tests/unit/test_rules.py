@@ -1,4 +1,5 @@
 """Each compatibility rule: one plan that triggers it, one that does not."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,26 +34,36 @@ def test_every_rule_has_a_predicate_and_a_fix():
     for r in rules.rules():
         assert r.severity in ("error", "warning")
         assert r.fix and r.message
-    assert {"recompute-padding-mask", "mtp-needs-megatron-engine", "sglang-rollout-fix",
-            "mimo-needs-bridge-2387", "mbridge-mcore-017", "python-312", "torch-cuda-match",
-            "unpinned-ref", "rollout-throughput", "full-mode-changes-training"} <= set(ids)
+    assert {
+        "recompute-padding-mask",
+        "mtp-needs-megatron-engine",
+        "sglang-rollout-fix",
+        "mimo-needs-bridge-2387",
+        "mbridge-mcore-017",
+        "python-312",
+        "torch-cuda-match",
+        "unpinned-ref",
+        "rollout-throughput",
+        "full-mode-changes-training",
+    } <= set(ids)
 
 
 # recompute-padding-mask -----------------------------------------------------------
 @pytest.mark.parametrize("commit", [BAD_018, BAD_0182])
 def test_recompute_padding_mask_triggers_on_known_bad_commits(commit):
-    assert status("mtp-cp-recompute", "recompute-padding-mask",
-                  [f"megatron-lm.commit={commit}"]) == rules.FAIL
+    assert (
+        status("mtp-cp-recompute", "recompute-padding-mask", [f"megatron-lm.commit={commit}"]) == rules.FAIL
+    )
 
 
 def test_recompute_padding_mask_passes_on_fixed_release():
-    assert status("mtp-cp-recompute", "recompute-padding-mask",
-                  [f"megatron-lm.commit={GOOD_019}"]) == rules.PASS
+    assert (
+        status("mtp-cp-recompute", "recompute-padding-mask", [f"megatron-lm.commit={GOOD_019}"]) == rules.PASS
+    )
 
 
 def test_recompute_padding_mask_not_applicable_without_recompute():
-    assert status("mtp-detach", "recompute-padding-mask",
-                  [f"megatron-lm.commit={BAD_018}"]) == rules.NA
+    assert status("mtp-detach", "recompute-padding-mask", [f"megatron-lm.commit={BAD_018}"]) == rules.NA
 
 
 def test_recompute_padding_mask_pypi_versions():
@@ -98,9 +109,13 @@ def test_sglang_rollout_fix_triggers_on_old_sglang():
 
 
 def test_sglang_rollout_fix_fork_commit_passes():
-    sets = ["sglang.source=git", "sglang.repo=https://github.com/ArronHZG/sglang",
-            "sglang.commit=99433255ca365028b6c36d892ac67ac155e3d021", "sglang.patches=",
-            "sglang.subdir=python"]
+    sets = [
+        "sglang.source=git",
+        "sglang.repo=https://github.com/ArronHZG/sglang",
+        "sglang.commit=99433255ca365028b6c36d892ac67ac155e3d021",
+        "sglang.patches=",
+        "sglang.subdir=python",
+    ]
     assert status("mtp-rollout", "sglang-rollout-fix", sets) == rules.PASS
 
 
@@ -137,8 +152,7 @@ def test_mbridge_mcore_017_pypi_0151_fails_with_019():
 
 
 def test_mbridge_mcore_017_arron_branch_with_old_megatron_passes():
-    sets = [f"mbridge.commit={ARRON_MBRIDGE}",
-            "megatron-lm.commit=23e092f41ec8bc659020e401ddac9576c1cfed7e"]
+    sets = [f"mbridge.commit={ARRON_MBRIDGE}", "megatron-lm.commit=23e092f41ec8bc659020e401ddac9576c1cfed7e"]
     assert status("mtp-detach", "mbridge-mcore-017", sets) == rules.PASS
 
 
@@ -167,15 +181,21 @@ def test_torch_cuda_match_mismatch_fails(version):
 
 def test_pypi_torch_is_matched_by_the_facts_table_only_on_pypi(tmp_path):
     root = copy_manifests(tmp_path)
-    edit_yaml(root / "components.yaml", lambda d: (d["indexes"].update({"other": "https://example.org/simple"}),
-                                                   d["packages"]["torch"].update(index="other")))
+    edit_yaml(
+        root / "components.yaml",
+        lambda d: (
+            d["indexes"].update({"other": "https://example.org/simple"}),
+            d["packages"]["torch"].update(index="other"),
+        ),
+    )
     assert status("mtp-detach", "torch-cuda-match", root=root) == rules.FAIL
 
 
 def test_torch_cuda_match_base_tag_mismatch_fails(tmp_path):
     root = copy_manifests(tmp_path)
-    edit_yaml(root / "components.yaml",
-              lambda d: d["platform"]["base_image"].update(tag="12.8.1-devel-ubuntu24.04"))
+    edit_yaml(
+        root / "components.yaml", lambda d: d["platform"]["base_image"].update(tag="12.8.1-devel-ubuntu24.04")
+    )
     assert status("mtp-detach", "torch-cuda-match", root=root) == rules.FAIL
 
 
@@ -194,8 +214,17 @@ def test_unpinned_ref_base_without_digest(tmp_path):
 def test_unpinned_ref_git_source_without_commit():
     # Switching a PyPI component to git without naming a commit leaves it floating;
     # the schema catches the missing commit before the rule can.
-    proc = run_cli("check", "--profile", "mtp-detach", "--set", "sglang.source=git",
-                   "--set", "sglang.repo=https://github.com/sgl-project/sglang", "--set", "sglang.ref=main")
+    proc = run_cli(
+        "check",
+        "--profile",
+        "mtp-detach",
+        "--set",
+        "sglang.source=git",
+        "--set",
+        "sglang.repo=https://github.com/sgl-project/sglang",
+        "--set",
+        "sglang.ref=main",
+    )
     assert proc.returncode == 2 and "sglang.commit" in proc.stderr
 
 

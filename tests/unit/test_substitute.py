@@ -1,6 +1,7 @@
 """Substitutions: a local build that cannot reach the real base or verl's wheelhouse says so in
 the plan digest, the version vector and a label; a substituted image never passes for the real
 one, and --frozen still holds because the manifests and the lock are unchanged."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ def test_substitutions_change_the_identity_and_are_recorded(monkeypatch):
     assert [s["what"] for s in vector["substitutions"]] == ["base_image", "omitted", "omitted", "omitted"]
     assert "io.mtp-image-builder.substitutions" in rendered.dockerfile
     assert f"FROM {BASE}" in rendered.dockerfile
-    lockfile.check_frozen(m, sub)          # a declared substitution is not drift
+    lockfile.check_frozen(m, sub)  # a declared substitution is not drift
 
 
 def test_a_substitute_base_must_be_pinned_and_omitted_packages_must_exist(monkeypatch):

