@@ -73,10 +73,12 @@ class Bench:
             raise RuntimeError(f"docker {' '.join(args[:4])} failed: {proc.stderr[-2000:]}")
         return proc
 
-    def tool(self, *args, check=True):
+    def tool(self, *args, check=True, env=None):
         argv = [TOOL_PY, str(REPO / "build.py"), "--manifests", str(self.manifests), *args]
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            argv, cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, **(env or {})}
+        )
         dt = time.perf_counter() - t0
         if check and proc.returncode != 0:
             raise RuntimeError(
@@ -185,11 +187,15 @@ class Bench:
         log("warm no-op")
         plain_tag = f"{self.reg}/plain:{PROFILE}"
         self.plain_build(self.ctx, plain_tag)  # warm the plain path too (same cache)
-        tool_t, plain_t, plain_steps = [], [], None
+        self.tool("--profile", PROFILE)  # the tool's first no-op: its memo (mtpimage/fastpath.py)
+        tool_t, full_t, plain_t, plain_steps = [], [], [], None
         for _ in range(self.reps):
-            dt, proc = self.tool("--profile", PROFILE)
-            assert "up to date" in proc.stdout, proc.stdout[-2000:]
+            dt, proc = self.tool("--profile", PROFILE, env={"MTP_FASTPATH_TRACE": "1"})
+            assert "up to date" in proc.stdout and "fastpath: hit" in proc.stderr, proc.stderr[-2000:]
             tool_t.append(dt)
+            dt, proc = self.tool("--profile", PROFILE, env={"MTP_FASTPATH": "0"})
+            assert "up to date" in proc.stdout, proc.stdout[-2000:]
+            full_t.append(dt)
             dt, proc = self.plain_build(self.ctx, plain_tag)
             plain_t.append(dt)
             plain_steps = self.steps(proc.stderr)
@@ -220,6 +226,7 @@ class Bench:
         self.results["warm"] = {
             "tool_breakdown": breakdown,
             "tool_s": tool_t,
+            "tool_full_path_s": full_t,
             "plain_s": plain_t,
             "plain_steps": plain_steps,
             "ratio": med(tool_t) / med(plain_t),
