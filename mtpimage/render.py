@@ -11,6 +11,7 @@ The identity tag is `<profile>-<12 hex of sha256(plan digest, rendered context d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -40,6 +41,7 @@ def docker_quote(value) -> str:
     return text.replace("$", "\\$")
 
 
+@functools.lru_cache(maxsize=4)  # one Environment per template folder: its compiled templates are kept
 def _env(images: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(images)),
