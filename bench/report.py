@@ -245,6 +245,12 @@ def markdown(r: dict) -> str:
         f"This run: `{r.get('command')}`, {r.get('total_s', 0):.0f} s in total.",
         "",
     ]
+    for u in r.get("updated", []):
+        notes += [
+            f"Re-measured {u['date']} by `{u['command']}` ({u['total_s']:.0f} s): "
+            f"{', '.join(u['cases'])}; every other figure above is from the run named above.",
+            "",
+        ]
     return "\n".join(out + notes)
 
 

@@ -530,6 +530,22 @@ def main() -> int:
             finally:
                 b.cleanup()
     results["total_s"] = time.perf_counter() - t_start
+    if args.only and (BENCH / "results.json").exists():
+        # a partial run updates its cases and keeps the others, saying which came from where
+        previous = json.loads((BENCH / "results.json").read_text())
+        results = {
+            **previous,
+            **{k: v for k, v in results.items() if k not in ("command", "total_s")},
+            "updated": previous.get("updated", [])
+            + [
+                {
+                    "cases": sorted(only),
+                    "command": results["command"],
+                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                    "total_s": results["total_s"],
+                }
+            ],
+        }
     (BENCH / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote bench/results.json ({results['total_s']:.0f}s)")
     from report import write_all  # bench/report.py
