@@ -205,14 +205,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             if reg is None:
                 fastpath.done(local)  # build.py may remember this run (its inputs -> this image)
             if reg is not None:
-                summary.update(
-                    digest=remote,
-                    references=[
-                        reg.ref(IMAGE_REPOSITORY, rendered.identity),
-                        reg.ref(IMAGE_REPOSITORY, plan.profile),
-                    ],
-                )
-                say_pulls(reg.image(IMAGE_REPOSITORY, digest=remote), say)
+                _published(summary, reg, rendered.identity, plan.profile, remote, say)
             return 0
         if local_id is None:
             raise EnvironmentProblem(
@@ -239,13 +232,16 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
             f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
         )
-        summary.update(
-            pushed=True,
-            digest=digest,
-            references=[
-                reg.ref(IMAGE_REPOSITORY, rendered.identity),
-                reg.ref(IMAGE_REPOSITORY, plan.profile),
-            ],
-        )
-        say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)
+        summary["pushed"] = True
+        _published(summary, reg, rendered.identity, plan.profile, digest, say)
     return 0
+
+
+def _published(summary: dict, reg: Registry, identity: str, profile: str, digest: str, say: Say) -> None:
+    """What a run that ends with the image in the registry reports: the summary's digest and
+    references, and the pull strings."""
+    summary.update(
+        digest=digest,
+        references=[reg.ref(IMAGE_REPOSITORY, identity), reg.ref(IMAGE_REPOSITORY, profile)],
+    )
+    say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)
