@@ -50,7 +50,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from run import MANIFEST_V2, TOOL_PY, log, machine, med, render_check  # noqa: E402  (bench/run.py)
+from run import MANIFEST_V2, TOOL_PY, log, machine, med, render_check, run_tool  # noqa: E402  (bench/run.py)
 
 CA = os.environ.get("MTP_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 REGISTRY = os.environ.get("MTP_TEST_REGISTRY", "127.0.0.1:5000")
@@ -95,20 +95,8 @@ class RealBench:
 
     # ------------------------------------------------------------------ plumbing
     def tool(self, *args, manifests: Path | None = None, env: dict | None = None, check=True):
-        argv = [TOOL_PY, str(REPO / "build.py"), *args]
-        if manifests is not None:
-            argv[2:2] = ["--manifests", str(manifests)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            argv, cwd=REPO, capture_output=True, text=True, timeout=3600, env={**os.environ, **(env or {})}
-        )
-        dt = time.perf_counter() - t0
-        if check and proc.returncode != 0:
-            raise RuntimeError(
-                f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
-        return dt, proc
+        where = ["--manifests", str(manifests)] if manifests is not None else []
+        return run_tool(*where, *args, check=check, env=env)
 
     def build_args(self, *args):
         return [*args, "--ca-bundle", CA, "--progress", "plain"]

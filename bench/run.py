@@ -51,6 +51,21 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def run_tool(*args, check=True, env=None, timeout=3600):
+    """`python build.py ARGS` as users run it: (seconds, the finished process)."""
+    argv = [TOOL_PY, str(REPO / "build.py"), *args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    dt = time.perf_counter() - t0
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"build.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return dt, proc
+
+
 def med(xs):
     return statistics.median(xs) if xs else None
 
@@ -74,18 +89,7 @@ class Bench:
         return proc
 
     def tool(self, *args, check=True, env=None):
-        argv = [TOOL_PY, str(REPO / "build.py"), "--manifests", str(self.manifests), *args]
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            argv, cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, **(env or {})}
-        )
-        dt = time.perf_counter() - t0
-        if check and proc.returncode != 0:
-            raise RuntimeError(
-                f"build.py {' '.join(args)} failed ({proc.returncode}):\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
-        return dt, proc
+        return run_tool("--manifests", str(self.manifests), *args, check=check, env=env)
 
     def plain_build(self, ctx: Path, tag: str, *extra):
         self.local_refs.add(tag)
