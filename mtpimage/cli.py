@@ -52,9 +52,18 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     p.add_argument("--json", action="store_true", default=d if sub else False, help="machine-readable output")
 
 
+CONSOLE_COMMAND = "mtp-image-builder"  # pyproject.toml [project.scripts]
+
+
+def program_name() -> str:
+    """How the user started the tool, for usage lines and `see --help` hints."""
+    return CONSOLE_COMMAND if Path(sys.argv[0]).name == CONSOLE_COMMAND else "build.py"
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="build.py", description="Build tested, reproducible verl + Megatron MTP images from manifests/."
+        prog=program_name(),
+        description="Build tested, reproducible verl + Megatron MTP images from manifests/.",
     )
     _common(parser, sub=False)
     parser.add_argument("--profile", help=f"profile to build (default: {DEFAULT_PROFILE})")

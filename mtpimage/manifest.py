@@ -358,6 +358,22 @@ def _validate_entry(entry: dict, kind: str, loc: str, target: str) -> dict:
     return schema.validate_def(entry, "components", kind, loc, target)
 
 
+def _check_mode_targets(data: dict, where_of) -> None:
+    """A mode may run for some verl targets only (rollout: SFT has no rollout); the fact is
+    verl.yaml's `modes.<mode>.targets`."""
+    from .modes import get
+
+    allowed = get(data["mode"]).targets
+    extra = [t for t in data["targets"] if allowed is not None and t not in allowed]
+    if extra:
+        raise InputError(
+            where_of(("targets",)),
+            "targets",
+            f"mode {data['mode']} runs for {', '.join(allowed)} only, not {', '.join(extra)}",
+            f"use targets: [{', '.join(allowed)}], or another mode for {', '.join(extra)}",
+        )
+
+
 def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> ResolvedProfile:
     if name not in m.profiles:
         raise InputError(
@@ -391,6 +407,7 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
         # Point at the file in the chain that holds (or should hold) the key.
         key_path = tuple(int(p) if p.isdigit() else p for p in (exc.key or "").split(".") if p)
         raise InputError(where_of(key_path), exc.key, exc.problem, exc.fix) from None
+    _check_mode_targets(data, where_of)
     overridden: dict[str, list[str]] = {}
     comps, pkgs = _select(m, data["stack"], where_of)
     _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden)

@@ -26,6 +26,7 @@ def verl_facts() -> dict:
 class Mode:
     name: str
     mtp_config: tuple[tuple[str, str], ...]  # MtpConfig (field, value), upstream's order
+    targets: tuple[str, ...] | None = None  # the verl targets it runs for; None: every target
 
     def _on(self, field: str) -> bool:
         return dict(self.mtp_config).get(field) == "True"
@@ -62,7 +63,8 @@ def _fields(name: str) -> list[tuple[str, str]]:
 
 @cache
 def get(name: str) -> Mode:
-    return Mode(name, tuple(_fields(name)))
+    targets = verl_facts()["modes"][name].get("targets")
+    return Mode(name, tuple(_fields(name)), tuple(targets) if targets is not None else None)
 
 
 def names() -> list[str]:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from mtpimage import cli
+
 from .helpers import MANIFESTS, REPO, run_cli
 
 BASE_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
@@ -36,7 +38,7 @@ def test_pyproject_lists_every_subpackage_and_ships_images():
     setuptools = PYPROJECT["tool"]["setuptools"]
     assert set(setuptools["packages"]) == on_disk | {"mtpimage.images"}
     assert setuptools["package-dir"] == {"mtpimage.images": "images"}
-    assert PYPROJECT["project"]["scripts"] == {"mtp-image-builder": "mtpimage.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {cli.CONSOLE_COMMAND: "mtpimage.cli:main"}
     # requirements.txt stays the one list of runtime pins; the wheel reads it
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
 
@@ -145,6 +147,10 @@ def test_console_command_lists_and_checks_outside_the_checkout(installed, tmp_pa
     proc = _run(installed, "check", "--manifests", str(MANIFESTS), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "mtp-cp-recompute: ok" in proc.stdout
+    # it calls itself by the name the user typed
+    assert _run(installed, "--help", cwd=tmp_path).stdout.startswith("usage: mtp-image-builder ")
+    bad = _run(installed, "--no-such-flag", cwd=tmp_path)
+    assert bad.returncode == 2 and "see `mtp-image-builder --help`" in bad.stderr
 
 
 def test_installed_default_manifests_are_those_of_the_current_directory(installed, tmp_path):

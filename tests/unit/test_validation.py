@@ -193,3 +193,13 @@ def test_unknown_layer(mdir):
 def test_top_level_not_mapping(mdir):
     (mdir / "profiles" / "mtp-full.yaml").write_text("- just\n- a list\n")
     assert_one_line_error(check(mdir), "mtp-full.yaml", "mapping")
+
+
+def test_a_mode_refuses_a_target_it_does_not_run_for(mdir):
+    # verl.yaml: the rollout mode runs for rl only (verl's SFT trainer has no rollout)
+    p = mdir / "profiles" / "mtp-rollout.yaml"
+    p.write_text(p.read_text().replace("targets: [rl]", "targets: [rl, sft]"))
+    line = next(i for i, t in enumerate(p.read_text().splitlines(), 1) if t.startswith("targets:"))
+    assert_one_line_error(
+        check(mdir), f"profiles/mtp-rollout.yaml:{line}", "targets", "rollout runs for rl only, not sft"
+    )
