@@ -140,29 +140,13 @@ def cmd_list(args) -> int:
 
 
 def cmd_check(args) -> int:
+    from .probes import evaluate_plans  # lazy: sources and git only for `check`
+
     m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
-    reports = []
-    unfetched: dict[str, str] = {}  # component -> why its source could not be fetched
-    fetch = None
-    if args.probe_sources:
-        from .sources import remembering_fetch
-
-        fetch = remembering_fetch()
-    for name in names:
-        plan = plan_for(m, name, getattr(args, "sets", None))
-        probes = None
-        missing: dict[str, str] = {}
-        if args.probe_sources:
-            from .probes import SourceSet, probe_plan
-
-            # One source that cannot be fetched does not stop the others from being probed:
-            # its rules are UNKNOWN with the reason, and the exit status says so at the end.
-            ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
-            probes = probe_plan(plan, m.root, ss)
-            missing = dict(ss.failed)
-            unfetched.update(missing)
-        reports.append((plan, rules.evaluate(plan, probes), missing))
+    plans = [plan_for(m, name, getattr(args, "sets", None)) for name in names]
+    reports = evaluate_plans(plans, m.root, args.probe_sources)
+    unfetched = {c: why for _, _, missing in reports for c, why in missing.items()}
     failed = any(rules.errors(res) for _, res, _ in reports)
     if args.json:
         print(

@@ -440,3 +440,20 @@ def probe_plan(
         tree = ss.tree(br)
         out["mimo-needs-bridge-2387"] = bridge_mimo(tree) if tree is not None else unavailable(br, base)
     return out
+
+
+def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool) -> list[tuple]:
+    """(plan, rule results, {component: why its source could not be fetched}) per plan: what
+    `check` reports. With probe_sources the rules that read code are decided from each pinned
+    source; one source that cannot be fetched does not stop the others from being probed (its
+    rules are UNKNOWN with the reason), and a failed (repository, commit) is not fetched twice."""
+    fetch = sources.remembering_fetch() if probe_sources else None
+    out = []
+    for plan in plans:
+        probes, missing = None, {}
+        if probe_sources:
+            ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
+            probes = probe_plan(plan, manifests_root, ss)
+            missing = dict(ss.failed)
+        out.append((plan, rules_mod.evaluate(plan, probes), missing))
+    return out
