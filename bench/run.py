@@ -15,6 +15,7 @@ BuildKit cache of this dockerd).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -511,6 +512,11 @@ def main() -> int:
     if host is None:
         print("bench: host not ready:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 3
+    # the tests start a registry of their own per session; the bench uses the host's
+    # (scripts/setup-test-host.sh), as the README's reproduce steps say
+    host = dataclasses.replace(
+        host, registry=host.registry or os.environ.get("MTP_TEST_REGISTRY", "127.0.0.1:5000")
+    )
     results["machine"]["docker_cli"] = host.cli
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmpdir:
         tmp = Path(tmpdir)
