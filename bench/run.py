@@ -490,7 +490,7 @@ def machine() -> dict:
         "memory": mem,
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "tool_python": TOOL_PY.replace(str(REPO) + "/", ""),
+        "tool_python": "/".join(Path(TOOL_PY).parts[-3:]),  # .venv/bin/python: no machine path
         "docker": out("docker", "version", "--format", "{{.Server.Version}}"),
         "storage_driver": out("docker", "info", "--format", "{{.Driver}}"),
     }
