@@ -50,7 +50,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from run import MANIFEST_V2, TOOL_PY, log, machine, med, render_check, run_tool  # noqa: E402  (bench/run.py)
+from run import MANIFEST_V2, TOOL_PY, log, machine, med, registry_manifest, render_check, run_tool  # noqa: E402  (bench/run.py)
 
 CA = os.environ.get("MTP_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 REGISTRY = os.environ.get("MTP_TEST_REGISTRY", "127.0.0.1:5000")
@@ -145,13 +145,7 @@ class RealBench:
         return json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", ref).stdout)
 
     def manifest(self, tag: str, repo: str = "mtp-verl") -> dict:
-        r = requests.get(
-            f"http://{REGISTRY}/v2/{self.ns}/{repo}/manifests/{tag}",
-            headers={"Accept": MANIFEST_V2},
-            timeout=60,
-        )
-        r.raise_for_status()
-        return r.json()
+        return registry_manifest(REGISTRY, self.ns, repo, tag)
 
     def registry_blobs(self) -> set[str]:
         """Every layer digest this run's namespace holds (what a push would skip)."""

@@ -52,6 +52,15 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def registry_manifest(registry: str, ns: str, repo: str, tag: str) -> dict:
+    """The v2 image manifest of NS/REPO:TAG in a loopback registry (layer digests and sizes)."""
+    r = requests.get(
+        f"http://{registry}/v2/{ns}/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_V2}, timeout=60
+    )
+    r.raise_for_status()
+    return r.json()
+
+
 def run_tool(*args, check=True, env=None, timeout=3600):
     """`python build.py ARGS` as users run it: (seconds, the finished process)."""
     argv = [TOOL_PY, str(REPO / "build.py"), *args]
@@ -108,13 +117,7 @@ class Bench:
         return {"cached": cached, "executed_or_cached_steps": runs}
 
     def manifest(self, repo: str, tag: str) -> dict:
-        r = requests.get(
-            f"http://{self.host.registry}/v2/{self.ns}/{repo}/manifests/{tag}",
-            headers={"Accept": MANIFEST_V2},
-            timeout=30,
-        )
-        r.raise_for_status()
-        return r.json()
+        return registry_manifest(self.host.registry, self.ns, repo, tag)
 
     def identity(self, profile: str, *sets: str) -> str:
         extra = [a for s in sets for a in ("--set", s)]
