@@ -1,6 +1,6 @@
 """The registry HTTP API (distribution v2) through requests: is a tag there and which digest
-does it name, a repository's tags, deleting a manifest (a failed push's roll-back), and
-whether a registry answers at all.
+does it name, a repository's tags, deleting a manifest (a failed push's roll-back), whether a
+registry answers at all, and moving blobs and manifests (OCI artifacts, wheelshare.py).
 
 Authentication as docker does it, with docker's stored credentials (dockerauth.py): on a 401
 a `Basic` challenge gets the stored login; a `Bearer` challenge sends it (or nothing, for
@@ -11,7 +11,10 @@ Timeouts come from the network policy (netpolicy.py).
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 from . import dockerauth, netpolicy
 from .errors import EnvironmentProblem
@@ -76,6 +79,14 @@ class RegistryUnreachable(EnvironmentProblem):
         )
 
 
+class RegistryHTTPError(EnvironmentProblem):
+    """The registry answered, with a status that is not the one asked for."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
     scheme, _, rest = (header or "").strip().partition(" ")
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
@@ -126,22 +137,51 @@ class RegistryClient:
         token = body.get("token") or body.get("access_token")
         return {"Authorization": f"Bearer {token}"} if token else None
 
-    def _request(self, method: str, path: str, what: str, scope: str, headers: dict | None = None):
+    def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        scope: str,
+        headers: dict | None = None,
+        *,
+        body: bytes | Path | None = None,
+        params: dict | None = None,
+        stream: bool = False,
+    ):
+        """One request, answering a 401 once. `path` is under the registry's base URL, or a
+        URL the registry gave (an upload's Location); credentials go only to the registry's
+        own host. A Path body is re-opened for each send, so the 401's retry sends it whole."""
         import requests  # lazy: ~60 ms, only needed when a registry is involved
 
-        url = f"{self.base_url}{path}"
+        url = urljoin(self.base_url + "/", path)
+        ours = urlsplit(url).netloc == urlsplit(self.base_url).netloc
         headers = dict(headers or {})
+
+        def send(auth: dict[str, str]):
+            data = body.open("rb") if isinstance(body, Path) else body
+            try:
+                return requests.request(
+                    method,
+                    url,
+                    headers={**headers, **auth},
+                    data=data,
+                    params=params,
+                    stream=stream,
+                    timeout=netpolicy.http_timeout(),
+                )
+            finally:
+                if isinstance(body, Path):
+                    data.close()
+
         try:
-            resp = requests.request(
-                method, url, headers={**headers, **self._auth_header}, timeout=netpolicy.http_timeout()
-            )
-            if resp.status_code == 401:
+            resp = send(self._auth_header if ours else {})
+            if resp.status_code == 401 and ours:
                 answer = self._answer(resp.headers.get("WWW-Authenticate", ""), scope)
                 if answer:
+                    resp.close()
                     self._auth_header = answer
-                    resp = requests.request(
-                        method, url, headers={**headers, **answer}, timeout=netpolicy.http_timeout()
-                    )
+                    resp = send(answer)
         except requests.RequestException as exc:
             raise RegistryUnreachable(self.host, what, exc) from None
         return resp
@@ -180,14 +220,113 @@ class RegistryClient:
         )
         return resp.status_code in (200, 202, 404)
 
-    def _http_error(self, status: int, what: str) -> EnvironmentProblem:
+    # -- blobs and manifests (pushing and pulling OCI artifacts) ----------------------------
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        path = self.registry.repo_path(repository)
+        what = f"looking up blob {digest} in {self.registry.ref(repository)}"
+        resp = self._request("HEAD", f"/v2/{path}/blobs/{digest}", what, f"repository:{path}:pull")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return True
+
+    def upload_blob(self, repository: str, digest: str, body: bytes | Path) -> None:
+        """The monolithic upload: POST opens an upload session, one PUT carries every byte and
+        names the digest, which the registry checks before it accepts the blob."""
+        path = self.registry.repo_path(repository)
+        scope = f"repository:{path}:pull,push"
+        what = f"uploading blob {digest} to {self.registry.ref(repository)}"
+        resp = self._request("POST", f"/v2/{path}/blobs/uploads/", what, scope)
+        location = resp.headers.get("Location")
+        if resp.status_code != 202 or not location:
+            raise self._http_error(resp.status_code, what)
+        resp = self._request(
+            "PUT",
+            location,
+            what,
+            scope,
+            {"Content-Type": "application/octet-stream"},
+            body=body,
+            params={"digest": digest},  # requests appends it to the Location's own query
+        )
+        if resp.status_code != 201:
+            raise self._http_error(resp.status_code, what)
+
+    def fetch_blob(self, repository: str, digest: str, out, max_bytes: int) -> tuple[str, int]:
+        """Stream a blob into the binary file `out` (emptied first, so a retry starts over);
+        stop after max_bytes + 1 bytes. Returns (sha256:HEX of what came, its size): the caller
+        compares both with what it asked for."""
+        path = self.registry.repo_path(repository)
+        what = f"downloading blob {digest} from {self.registry.ref(repository)}"
+        out.seek(0)
+        out.truncate()
+        resp = self._request(
+            "GET", f"/v2/{path}/blobs/{digest}", what, f"repository:{path}:pull", stream=True
+        )
+        with resp:
+            if resp.status_code != 200:
+                raise self._http_error(resp.status_code, what)
+            h, size = hashlib.sha256(), 0
+            try:
+                for chunk in resp.iter_content(1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+                    if size > max_bytes:
+                        break
+            except Exception as exc:  # a cut transfer: requests' and urllib3's errors alike
+                raise RegistryUnreachable(self.host, what, exc) from None
+        return f"sha256:{h.hexdigest()}", size
+
+    def manifest(
+        self, repository: str, reference: str, accept: str = MANIFEST_TYPES
+    ) -> tuple[bytes, str] | None:
+        """(the manifest's bytes, their digest) for a tag or digest, or None when there is none.
+        The digest is computed from the bytes, never taken from a header."""
+        path = self.registry.repo_path(repository)
+        what = f"reading manifest {self.registry.ref(repository)}:{reference}"
+        resp = self._request(
+            "GET", f"/v2/{path}/manifests/{reference}", what, f"repository:{path}:pull", {"Accept": accept}
+        )
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return resp.content, "sha256:" + hashlib.sha256(resp.content).hexdigest()
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        """PUT a manifest under a tag; returns its digest (of exactly these bytes)."""
+        path = self.registry.repo_path(repository)
+        what = f"pushing manifest {self.registry.ref(repository)}:{reference}"
+        resp = self._request(
+            "PUT",
+            f"/v2/{path}/manifests/{reference}",
+            what,
+            f"repository:{path}:pull,push",
+            {"Content-Type": media_type},
+            body=body,
+        )
+        if resp.status_code != 201:
+            detail = " ".join(resp.text.split())[:200]
+            raise self._http_error(resp.status_code, f"{what}: {detail}" if detail else what)
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise EnvironmentProblem(
+                f"registry {self.host} stored manifest {self.registry.ref(repository)}:{reference} as {said}, "
+                f"not as the pushed bytes' {digest} (fix: use a registry that keeps manifests as pushed)"
+            )
+        return digest
+
+    def _http_error(self, status: int, what: str) -> RegistryHTTPError:
         if status in (401, 403):
             fix = f"docker login {self.host}, or use a registry this machine may read"
         elif status >= 500:
             fix = "the registry itself failed: check its logs, or retry later"
         else:
             fix = f"check that {self.base_url} is a Docker registry (HTTP API v2)"
-        return EnvironmentProblem(f"registry {self.host} answered HTTP {status} ({what}) (fix: {fix})")
+        return RegistryHTTPError(f"registry {self.host} answered HTTP {status} ({what}) (fix: {fix})", status)
 
 
 def answers(host: str, timeout: float = 5) -> None:
