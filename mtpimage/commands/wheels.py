@@ -1,0 +1,196 @@
+"""`wheels`: the extension wheel cache (wheelcache.py) and its registry copies (wheelshare.py).
+
+  python build.py wheels list [--verify] [--json]
+  python build.py wheels push --registry HOST[:PORT]/NAMESPACE [KEY ...] [--json]   (all when none)
+  python build.py wheels pull --registry HOST[:PORT]/NAMESPACE KEY ... [--json]
+  python build.py wheels remove KEY ...
+KEY may be a unique prefix (8+ hex digits) of a key, as `list` prints it. The registry
+repository is NAMESPACE/ext-wheels, one tag per key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from ..errors import EXIT_ENV, EXIT_INPUT, InputError
+
+KEY_WIDTH = 12  # what `list` prints of a key; `resolve` accepts it back
+
+
+def register(subparsers, add_common) -> None:
+    p = subparsers.add_parser(
+        "wheels",
+        help="the extension wheel cache: list, push to / pull from a registry, remove",
+        description="Compiled extension wheels (TransformerEngine, flash-attn, apex), one per key "
+        "(the sha256 of everything that changes their bytes), kept in $MTP_CACHE_DIR/ext-wheels "
+        "outside BuildKit, shared through a registry as OCI artifacts (REGISTRY/ext-wheels:KEY).",
+    )
+    subs = p.add_subparsers(dest="wheels_command", metavar="ACTION", required=True, parser_class=type(p))
+
+    sp = subs.add_parser("list", help="one line per cached wheel")
+    sp.add_argument("--verify", action="store_true", help="re-hash every wheel (default: sizes only)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_list)
+
+    for name, helptext in (
+        ("push", "push cached wheels (all, or the KEYs given) to REGISTRY/ext-wheels"),
+        ("pull", "pull the KEYs from REGISTRY/ext-wheels into the cache, verified"),
+    ):
+        sp = subs.add_parser(name, help=helptext)
+        sp.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
+        sp.add_argument("keys", nargs="*" if name == "push" else "+", metavar="KEY")
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.set_defaults(func=cmd_push if name == "push" else cmd_pull)
+
+    sp = subs.add_parser("remove", help="remove cache entries (a corrupt one, or to rebuild it)")
+    sp.add_argument("keys", nargs="+", metavar="KEY")
+    sp.set_defaults(func=cmd_remove)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _row(entry) -> dict:
+    inputs = entry.meta.get("inputs") or {}
+    parts = entry.filename.split("-")
+    return {
+        "key": entry.key,
+        "name": inputs.get("name") or parts[0],
+        "version": inputs.get("version") or parts[1],
+        "filename": entry.filename,
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "built_by": entry.meta.get("built_by") or entry.meta.get("pulled_from") or "?",
+        "path": str(entry.path),
+    }
+
+
+def cmd_list(args) -> int:
+    from ..wheelcache import WheelCache
+
+    cache = WheelCache()
+    good, bad = cache.scan(verify=args.verify)
+    rows = [_row(e) for e in good]
+    if args.json:
+        print(
+            json.dumps(
+                {"root": str(cache.root), "wheels": rows, "corrupt": [b.one_line() for b in bad]}, indent=2
+            )
+        )
+    elif not rows and not bad:
+        print(f"no wheels in {cache.root}")
+    else:
+        table = [["KEY", "NAME", "VERSION", "SHA256", "SIZE", "BUILT BY"]] + [
+            [
+                r["key"][:KEY_WIDTH],
+                r["name"],
+                r["version"],
+                r["sha256"][:KEY_WIDTH],
+                _size(r["size"]),
+                r["built_by"],
+            ]
+            for r in rows
+        ]
+        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+        for line in table:
+            print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+    for problem in bad:
+        print(f"error: {problem.one_line()}", file=sys.stderr)
+    return EXIT_ENV if bad else 0
+
+
+def cmd_push(args) -> int:
+    from ..wheelcache import WheelCache
+    from ..wheelshare import push, repository_for
+
+    repository = repository_for(args.registry)
+    cache = WheelCache()
+    keys = [cache.resolve(k) for k in args.keys] if args.keys else cache.keys()
+    if not keys:
+        raise InputError(
+            "wheels push", None, f"the wheel cache {cache.root} is empty", "build an extension first"
+        )
+    out = []
+    for key in keys:
+        ref = push(cache, key, repository, say=lambda line: print(line, file=sys.stderr))
+        out.append({"key": key, "reference": ref})
+        if not args.json:
+            print(f"pushed {key[:KEY_WIDTH]}  {ref}")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[str, list[str] | None]:
+    """A full key as given, or the one tag of the repository that starts with `prefix`."""
+    from ..wheelcache import KEY_RE
+
+    if KEY_RE.match(prefix):
+        return prefix, tags
+    if not re.fullmatch(r"[0-9a-f]{8,63}", prefix):
+        raise InputError("wheel key", prefix, "expected a key or 8+ hex digits of one", "see `wheels list`")
+    if tags is None:
+        from ..registry import ImageRef, Registry
+        from ..registryapi import RegistryClient
+
+        ref = ImageRef.parse(repository)
+        tags = RegistryClient(Registry(ref.host, "")).tags(ref.path)
+    matches = [t for t in tags if KEY_RE.match(t) and t.startswith(prefix)]
+    if len(matches) != 1:
+        raise InputError(
+            "wheel key",
+            prefix,
+            f"matches {len(matches)} tags of {repository}",
+            "give more hex digits, or the full key",
+        )
+    return matches[0], tags
+
+
+def cmd_pull(args) -> int:
+    from ..wheelcache import WheelCache
+    from ..wheelshare import pull, repository_for
+
+    repository = repository_for(args.registry)
+    cache = WheelCache()
+    out, missing, tags = [], [], None
+    keys = []
+    for given in args.keys:  # every key resolved before anything is pulled
+        key, tags = _remote_key(given, repository, tags)
+        keys.append(key)
+    for key in keys:
+        entry = pull(cache, key, repository)
+        if entry is None:
+            missing.append(key)
+            continue
+        out.append({"key": key, **_row(entry)})
+        if not args.json:
+            print(
+                f"pulled {key[:KEY_WIDTH]}  {entry.filename}  sha256 {entry.sha256[:KEY_WIDTH]}  {entry.path}"
+            )
+    if args.json:
+        print(json.dumps({"pulled": out, "missing": missing}, indent=2))
+    if missing:
+        print(
+            f"error: wheels pull: {repository} has no artifact for {', '.join(missing)} (fix: push it from "
+            "a machine whose cache holds it, `build.py wheels push`, or build it)",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT
+    return 0
+
+
+def cmd_remove(args) -> int:
+    from ..wheelcache import WheelCache
+
+    cache = WheelCache()
+    for key in [cache.resolve(k) for k in args.keys]:
+        cache.remove(key)
+        print(f"removed {key}")
+    return 0
