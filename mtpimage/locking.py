@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from . import lockfile, manifest, pydeps, resolver, rules, sources, srcmeta
@@ -25,6 +26,11 @@ from .patches import PatchUnavailable
 from .patches import as_files as patch_files
 from .plan import Component, Plan, build_plan
 from .probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
+
+# `now` as a cutoff is an hour ago: an upload takes minutes to reach every index page and
+# mirror, and uv answers from a page it fetched up to 10 minutes before; a cutoff that recent
+# could resolve differently on the next machine.
+SETTLE = timedelta(hours=1)
 
 BASE_UNVERIFIED = (
     "lock does not query container registries; the digest is kept as written "
@@ -46,6 +52,10 @@ class LockOutcome:
     elapsed: float = 0.0
     unverified: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    cutoff: str = ""  # the resolution cutoff this run resolved at
+    cutoff_was: str | None = None  # the recorded one, when this run moved it ("" when none was)
+    notes: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # resolved versions that moved
 
 
 # ----------------------------------------------------------------------------- upgrade
@@ -123,8 +133,9 @@ def _source_root(tree: Path, c: Component) -> Path:
 
 
 class Locker:
-    def __init__(self, m: manifest.Manifests):
+    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None):
         self.m = m
+        self.cutoff = cutoff or {}
         self.ss = SourceSet()
         self.unverified: list[str] = []
         self.failures: list[str] = []
@@ -196,6 +207,12 @@ class Locker:
         return self.m.catalogue.where("components", comp, "patches")
 
     # python -----------------------------------------------------------------
+    def _cutoff_args(self) -> dict:
+        return {
+            "exclude_newer": self.cutoff.get("exclude_newer"),
+            "exclude_newer_package": self.cutoff.get("exclude_newer_package") or {},
+        }
+
     def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
         """A git source's resolution stub: its own metadata, read from the fetched source.
         The catalogue's version must agree with the source's (a disagreement names both)."""
@@ -328,7 +345,9 @@ class Locker:
         }
         t0 = time.monotonic()
         try:
-            res = resolver.resolve(requirements, stubs, overrides, excludes, reachable, plan.python)
+            res = resolver.resolve(
+                requirements, stubs, overrides, excludes, reachable, plan.python, **self._cutoff_args()
+            )
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0
             doc.update(resolved=False, error=str(exc), packages={})
@@ -409,7 +428,15 @@ class Locker:
         for c in plan.components:
             if c.source == "git" and c.build_requires:
                 try:
-                    br = resolver.resolve(list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python)
+                    br = resolver.resolve(
+                        list(c.build_requires),
+                        {},
+                        [],
+                        [],
+                        [indexes["pypi"]],
+                        plan.python,
+                        **self._cutoff_args(),
+                    )
                 except resolver.ResolutionFailed as exc:
                     self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
                     continue
@@ -420,6 +447,13 @@ class Locker:
                     n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()
                 }
         doc["build_requires"] = build_sets
+        if res.unbounded:
+            # their index serves no upload times (PEP 700): uv cannot hold them to the cutoff
+            doc["not_bounded_in_time"] = res.unbounded
+            for name in res.unbounded:
+                unverified.setdefault(
+                    name, "its index serves no upload times: not held to the resolution cutoff"
+                )
         doc["unverified"] = dict(sorted(unverified.items()))
         for name, why in sorted(unverified.items()):
             line = f"python {name}: {why}"
@@ -461,16 +495,69 @@ def exclusive(manifests_root: Path):
         os.close(fd)  # releases the flock
 
 
+def choose_cutoff(
+    previous: dict | None,
+    only: str | None,
+    upgrade_target: str | None,
+    exclude_newer: str | None,
+    where: str,
+    now: datetime | None = None,
+) -> tuple[dict, list[str]]:
+    """The resolution cutoff of this run and notes to print. The recorded one, unless
+    `--exclude-newer WHEN` or `--upgrade` (over every profile) moves it; a lock without one
+    gets `now`. A moved cutoff drops the per-package holds (older cutoffs kept only to
+    reproduce a lock made before cutoffs were recorded). One cutoff per lock.yaml: the
+    profiles a `--profile` run keeps were resolved at the recorded one."""
+    now = now or datetime.now(UTC)
+    recorded = lockfile.cutoff_of(previous, where)
+    fresh = {"exclude_newer": lockfile.stamp(now - SETTLE), "exclude_newer_package": {}}
+    others = sorted(set((previous or {}).get("profiles") or {}) - {only}) if only else []
+    if exclude_newer is not None:
+        when = (
+            fresh["exclude_newer"]
+            if exclude_newer == "now"
+            else lockfile.parse_stamp(exclude_newer, "--exclude-newer", "WHEN", now)
+        )
+        chosen = {"exclude_newer": when, "exclude_newer_package": {}}
+        if others and recorded and chosen != recorded:
+            raise InputError(
+                "--exclude-newer",
+                exclude_newer,
+                f"lock.yaml has one resolution cutoff and profiles {', '.join(others)} were "
+                f"resolved at {recorded['exclude_newer']}",
+                "move it without --profile, so every profile is resolved again",
+            )
+        return chosen, []
+    if recorded is None:
+        return fresh, [
+            f"no resolution cutoff recorded: resolving at {fresh['exclude_newer']} (now, less an hour)"
+        ]
+    if upgrade_target == "*":
+        if others:
+            return recorded, [
+                f"resolution cutoff kept at {recorded['exclude_newer']}: it is one per lock.yaml "
+                "(move it with `lock --upgrade` without --profile)"
+            ]
+        return fresh, []
+    return recorded, []
+
+
 def lock(
     m: manifest.Manifests,
     only: str | None = None,
     upgrade_target: str | None = None,
     require_verified: bool = False,
+    exclude_newer: str | None = None,
 ) -> LockOutcome:
-    """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive()."""
+    """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive().
+    exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ)."""
     names = [only] if only else m.names()
     for n in names:
         manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
+    path = lockfile.lock_path(m.root)
+    previous = lockfile.read(path)
+    where = f"{m.root.name}/{lockfile.LOCK_NAME}"
+    cutoff, notes = choose_cutoff(previous, only, upgrade_target, exclude_newer, where)
     moved = []
     if upgrade_target:
         moved = upgrade(m, names, upgrade_target)
@@ -478,9 +565,8 @@ def lock(
             m = manifest.load(m.root)
     t0 = time.monotonic()
     plans = _plans(m, names)
-    path = lockfile.lock_path(m.root)
-    old = lockfile.read(path) if only else None
-    locker = Locker(m)
+    old = previous if only else None
+    locker = Locker(m, cutoff)
 
     components: dict[str, dict] = dict((old or {}).get("components") or {})
     packages: dict[str, dict] = dict((old or {}).get("packages") or {})
@@ -539,6 +625,7 @@ def lock(
             "platform": pydeps.PLATFORM,
             "implementation": pydeps.IMPLEMENTATION,
         },
+        lockfile.CUTOFF_KEY: lockfile.cutoff_entry(cutoff),
         "base_image": base,
         "components": {k: components[k] for k in sorted(components) if k in used_components},
         "packages": {k: packages[k] for k in sorted(packages) if k in used_packages},
@@ -555,10 +642,16 @@ def lock(
         components=len(doc["components"]),
         unverified=locker.unverified,
         failures=locker.failures,
+        cutoff=cutoff["exclude_newer"],
+        notes=notes,
     )
+    recorded = lockfile.cutoff_of(previous, where)
+    if recorded != cutoff:
+        outcome.cutoff_was = recorded["exclude_newer"] if recorded else ""
     if require_verified and len(locker.unverified) > 0:
         return outcome
-    tampered = lockfile.changed_files(lockfile.read(path), doc)
+    outcome.changes = lockfile.version_changes(previous, doc)
+    tampered = lockfile.changed_files(previous, doc)
     if tampered:
         raise BuilderError(
             "refusing a downloaded file whose sha256 differs from the lock, "

@@ -20,6 +20,7 @@ for the target (CPython 3.12, the base image's glibc, x86_64), as pip would pick
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -48,6 +49,7 @@ class ResolutionFailed(Exception):
 class Resolved:
     packages: dict = field(default_factory=dict)  # canonical name -> {"version", "via": [...], "stub": bool}
     seconds: float = 0.0
+    unbounded: list[str] = field(default_factory=list)  # resolved without the cutoff: no upload times
 
 
 def uv_bin() -> str:
@@ -103,6 +105,35 @@ def parse_compiled(text: str) -> dict:
     return dict(sorted(out.items()))
 
 
+# uv's warning for a file whose index serves no upload time (PEP 700): with a cutoff, uv drops
+# such files, so a package that only has them would not resolve at all
+_UNDATED = re.compile(r"`([^`]+)` is missing an upload date")
+
+
+def _undated_packages(stderr: str) -> set[str]:
+    from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+
+    out = set()
+    for fname in _UNDATED.findall(stderr):
+        try:
+            out.add(str(parse_wheel_filename(fname)[0]))
+        except InvalidWheelFilename:
+            try:
+                out.add(str(parse_sdist_filename(fname)[0]))
+            except InvalidSdistFilename:
+                continue
+    return out
+
+
+def _online_marker(key: dict) -> Path:
+    """Where `resolve` notes that exactly these inputs were resolved online: only then may a
+    later run answer from uv's cache alone. A cache filled before a recorded cutoff moved
+    (a colleague's `lock --upgrade`, pulled here) lacks files uploaded before the new cutoff,
+    and answering from it would give another lock than the indexes do."""
+    blob = json.dumps(key, sort_keys=True).encode()
+    return cache_root() / "uv-online" / hashlib.sha256(blob).hexdigest()[:32]
+
+
 def resolve(
     requirements: list[str],
     stubs: dict,
@@ -111,10 +142,15 @@ def resolve(
     index_urls: list[str],
     python: str,
     find_links: list[str] | None = None,
+    exclude_newer: str | None = None,
+    exclude_newer_package: dict | None = None,
 ) -> Resolved:
     """requirements: PEP 508 lines; stubs: name -> {"version", "requires", "extras"};
-    index_urls: reachable indexes, the default (PyPI) first. Raises ResolutionFailed with
-    uv's explanation of the conflict."""
+    index_urls: reachable indexes, the default (PyPI) first; exclude_newer: the resolution
+    cutoff (RFC 3339 UTC: files uploaded later are not candidates), exclude_newer_package:
+    name -> an older cutoff for that package. Raises ResolutionFailed with uv's explanation
+    of the conflict. A package whose index serves no upload times cannot be bounded by a
+    cutoff; it is resolved without one and named in `Resolved.unbounded`."""
     import time
 
     with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
@@ -135,12 +171,12 @@ def resolve(
         (tmpd / "requirements.in").write_text("".join(f"{x}\n" for x in lines))
         (tmpd / "overrides.txt").write_text("".join(f"{x}\n" for x in overrides))
         (tmpd / "excludes.txt").write_text("".join(f"{x}\n" for x in excludes))
+        # not --quiet: uv's warnings name the files that have no upload time
         cmd = [
             uv_bin(),
             "pip",
             "compile",
             str(tmpd / "requirements.in"),
-            "--quiet",
             "--no-header",
             "--annotation-style",
             "line",
@@ -163,21 +199,63 @@ def resolve(
             cmd += ["--no-index", "--offline"]
         for link in find_links or []:
             cmd += ["--find-links", link]
+        holds = dict(exclude_newer_package or {})
+        unbounded: set[str] = set()
+
+        def cutoff_args() -> list[str]:
+            if not exclude_newer:
+                return []
+            out = ["--exclude-newer", exclude_newer]
+            for pkg in sorted(set(holds) | unbounded):
+                out += ["--exclude-newer-package", f"{pkg}={'false' if pkg in unbounded else holds[pkg]}"]
+            return out
+
+        marker = _online_marker(
+            {
+                "uv": uv_bin(),
+                "requirements": sorted(requirements),
+                "stubs": stubs,
+                "overrides": overrides,
+                "excludes": excludes,
+                "indexes": [pydeps.rewrite(u) for u in index_urls],
+                "python": python,
+                "find_links": find_links or [],
+                "exclude_newer": exclude_newer,
+                "exclude_newer_package": holds,
+            }
+        )
         t0 = time.monotonic()
-        # Warm caches first: uv answers from its cache alone (--offline) when every page it
-        # needs is there; anything missing, or MTP_LOCK_REFRESH=1, asks the indexes again.
+        # Warm caches first: uv answers from its cache alone (--offline) when these exact inputs
+        # were resolved online here before (the marker); anything missing, or
+        # MTP_LOCK_REFRESH=1, asks the indexes again.
+        offline = os.environ.get("MTP_LOCK_REFRESH") != "1" and bool(index_urls) and marker.is_file()
         proc = None
-        if os.environ.get("MTP_LOCK_REFRESH") != "1" and index_urls:
+        for _ in range(64):  # each round names at least one more undated package; bounded anyway
             proc = subprocess.run(
-                cmd + ["--offline"], capture_output=True, text=True, env=_uv_env(), timeout=900
+                cmd + cutoff_args() + (["--offline"] if offline else []),
+                capture_output=True,
+                text=True,
+                env=_uv_env(),
+                timeout=900,
             )
-        if proc is None or proc.returncode != 0:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=900)
+            if proc.returncode != 0 and offline:
+                offline = False  # the cache lacks a page: ask the indexes
+                continue
+            more = _undated_packages(proc.stderr) - unbounded if exclude_newer else set()
+            if not more:
+                break
+            unbounded |= more
         took = time.monotonic() - t0
         if proc.returncode != 0:
-            text = " ".join(proc.stderr.replace(str(tmpd), "").split())
+            text = " ".join(
+                line for line in proc.stderr.replace(str(tmpd), "").splitlines() if not _UNDATED.search(line)
+            )
+            text = " ".join(text.split())
             raise ResolutionFailed(text[-2500:] or f"uv exited {proc.returncode}")
-        return Resolved(parse_compiled(proc.stdout), took)
+        if index_urls and not marker.is_file():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("")
+        return Resolved(parse_compiled(proc.stdout), took, sorted(unbounded))
 
 
 # ----------------------------------------------------------------------------- file selection
@@ -320,7 +398,8 @@ def select_files(pins: dict[str, str], index_url: str, python: str, sdists: set[
         tmpf = hit.with_suffix(f".{os.getpid()}.tmp")
         tmpf.write_text(json.dumps(chosen, sort_keys=True))
         tmpf.replace(hit)
-        return name, chosen
+        # keys in the order a cache hit reads them back: a cold lock writes the same bytes
+        return name, dict(sorted(chosen.items()))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         return dict(pool.map(one, sorted(pins.items())))

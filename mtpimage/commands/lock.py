@@ -1,6 +1,7 @@
 """`build.py lock`: verify every pin and write manifests/lock.yaml; `--frozen` for builds.
 
-    python build.py lock [--profile NAME] [--upgrade [COMPONENT]] [--require-verified]
+    python build.py lock [--profile NAME] [--upgrade [COMPONENT]] [--exclude-newer WHEN]
+                         [--require-verified]
 
 What cannot be checked from this machine (a host git cannot resolve, an index that does
 not answer, the base image's registry) is recorded as `verified: false` with the reason
@@ -8,6 +9,11 @@ and listed at the end; `lock` still writes the file and exits 0 unless --require
 Anything that answered and said no (a commit missing upstream, a refused connection, a
 transfer cut off) fails the lock: the message names repository, commit and git's error,
 and neither lock.yaml nor the source cache is changed.
+
+The resolution is bounded in time by the cutoff recorded in lock.yaml (uv's exclude-newer:
+files uploaded later are not candidates), so `lock` with unchanged inputs writes the same
+bytes whatever the indexes publish later. `--upgrade` (every profile) or `--exclude-newer`
+moves it, and the run prints every resolved version that changed.
 
 Exit status: 0 written (maybe with unverified entries), 1 written but a probe, patch or
 dependency conflict failed, 2 bad input, 3 a source or index failed (nothing written).
@@ -42,7 +48,15 @@ def register(subparsers, add_common) -> None:
         default=None,
         metavar="COMPONENT",
         help="move git pins to the commit their ref points at now (git ls-remote), "
-        "all of them or only COMPONENT; rewrites the commit in components.yaml",
+        "all of them or only COMPONENT; rewrites the commit in components.yaml. Without "
+        "COMPONENT it also moves the resolution cutoff to now (less an hour)",
+    )
+    p.add_argument(
+        "--exclude-newer",
+        metavar="WHEN",
+        default=None,
+        help="resolve at this cutoff (YYYY-MM-DDTHH:MM:SSZ, or `now`: an hour ago) and record "
+        "it; files uploaded later are not considered. Default: the one lock.yaml records",
     )
     p.add_argument(
         "--require-verified",
@@ -74,7 +88,7 @@ def cmd_lock(args) -> int:
     m = load_for(args)
     with exclusive(m.root):
         m = load(m.root)  # as the previous lock run (if any) left them
-        out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified)
+        out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified, args.exclude_newer)
     if not out.written:
         for line in out.unverified:
             print(f"unverified: {line}", file=sys.stderr)
@@ -85,8 +99,16 @@ def cmd_lock(args) -> int:
     print(
         f"{'wrote' if out.changed else 'unchanged'} {m.root.name}/lock.yaml: {out.profiles} profile(s), "
         f"{out.components} components, {out.packages} Python packages resolved "
-        f"(pip {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)"
+        f"(uv {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)"
     )
+    for line in out.notes:
+        print(line)
+    if out.cutoff_was is not None:
+        print(f"resolution cutoff moved: {out.cutoff_was or 'none'} -> {out.cutoff}")
+    else:
+        print(f"resolution cutoff: {out.cutoff} (as recorded)")
+    for line in out.changes:
+        print(f"changed: {line}")
     if out.unverified:
         print(f"{len(out.unverified)} item(s) NOT verified from this machine (recorded as verified: false):")
         for line in out.unverified:

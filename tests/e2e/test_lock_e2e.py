@@ -21,6 +21,8 @@ from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "mtp-cp-recompute"
+# one fixed cutoff for locks compared byte for byte (a lock without one gets `now`)
+CUTOFF = ("--exclude-newer", "2026-01-01T00:00:00Z")
 
 
 def build(*args, env=None) -> subprocess.CompletedProcess:
@@ -213,9 +215,62 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
     assert not [p for p in (cache / "git").glob("*/.*")]
 
 
+def test_lock_holds_at_its_cutoff_while_the_index_publishes(
+    private_git_world, fast_net, tmp_path, monkeypatch
+):
+    """#21 item 1: the index publishes a newer dependency after the lock; `lock` with unchanged
+    inputs writes the same bytes, and moving the cutoff takes it and says what changed."""
+    from tests.fixtures.dated_index import DatedIndex
+    from tests.fixtures.lock_fixtures import PYTORCH, UNREACHABLE, WHEELHOUSE
+
+    with DatedIndex(tmp_path / "index") as index:
+        for name, version in (("torch", "2.11.0"), ("torchvision", "0.26.0"), ("torchaudio", "2.11.0")):
+            index.add(name, version, "2020-01-01T00:00:00Z")
+        index.add("sglang-kernel", "0.4.2.post2", "2020-01-01T00:00:00Z", ["mtp-demo-dep"])
+        index.add("mtp-demo-dep", "1.0", "2020-06-01T00:00:00Z")
+        monkeypatch.setenv(
+            "MTP_INDEX_REWRITE",
+            f"https://pypi.org/simple={index.url};{PYTORCH}={UNREACHABLE};{WHEELHOUSE}={UNREACHABLE}",
+        )
+        m = standin_manifests(tmp_path / "m", private_git_world.repos, index.url)
+        lock = m / "lock.yaml"
+        first = build(
+            "lock", "--manifests", str(m), "--profile", PROFILE, "--exclude-newer", "2021-01-01T00:00:00Z"
+        )
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "resolution cutoff moved: none -> 2021-01-01T00:00:00Z" in first.stdout
+        a = lock.read_bytes()
+        doc = yaml.safe_load(a)
+        assert doc["resolution_cutoff"] == {"exclude_newer": "2021-01-01T00:00:00Z"}
+        pyset = doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
+        assert pyset["packages"]["mtp-demo-dep"]["version"] == "1.0"
+
+        index.add("mtp-demo-dep", "2.0", "2022-06-01T00:00:00Z")  # published after the lock
+        again = build("lock", "--manifests", str(m), "--profile", PROFILE)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.startswith("unchanged") and lock.read_bytes() == a
+        assert "resolution cutoff: 2021-01-01T00:00:00Z (as recorded)" in again.stdout
+
+        moved = build("lock", "--manifests", str(m), "--profile", PROFILE, "--exclude-newer", "now")
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert "resolution cutoff moved: 2021-01-01T00:00:00Z -> " in moved.stdout
+        assert "changed: mtp-demo-dep 1.0 -> 2.0" in moved.stdout
+        after = yaml.safe_load(lock.read_bytes())
+        assert after["resolution_cutoff"]["exclude_newer"] > "2022-06-01T00:00:00Z"
+
+
 def _popen_lock(m, profile, env):
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "build.py"), "lock", "--manifests", str(m), "--profile", profile],
+        [
+            sys.executable,
+            str(ROOT / "build.py"),
+            "lock",
+            "--manifests",
+            str(m),
+            "--profile",
+            profile,
+            *CUTOFF,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -232,7 +287,7 @@ def test_concurrent_lock_runs_are_serialised(private_git_world, fast_net, tmp_pa
     other = "mtp-detach"
     seq = standin_manifests(tmp_path / "seq", repos, url)
     for prof in (PROFILE, other):
-        r = build("lock", "--manifests", str(seq), "--profile", prof)
+        r = build("lock", "--manifests", str(seq), "--profile", prof, *CUTOFF)
         assert r.returncode == 0, r.stdout + r.stderr
     m = standin_manifests(tmp_path / "m", repos, url)
     procs = [_popen_lock(m, prof, {}) for prof in (PROFILE, other)]

@@ -1,8 +1,10 @@
 """The REAL shipped stack resolves, in CI: PyPI's real metadata for every package (no wheel
 downloads: uv reads METADATA only), the git sources as lock.yaml recorded what stood in for
 them (their own Requires-Dist read from the pinned commits, so no GitHub is needed), and the
-manifests' overrides/excludes. Fails on any conflict no declared override covers, and on any
-drift between what resolves today and what lock.yaml says the image installs."""
+manifests' overrides/excludes, at the resolution cutoff lock.yaml records (uv's exclude-newer:
+what PyPI publishes after it is not a candidate). Fails on any conflict no declared override
+covers, and on any drift between what resolves at that cutoff and what lock.yaml says the
+image installs."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from mtpimage import manifest, resolver
+from mtpimage import lockfile, manifest, resolver
 from mtpimage.cli import plan_for
 
 PROFILE = "mtp-cp-recompute"
@@ -20,6 +22,12 @@ def _lock():
     m = manifest.load()
     doc = yaml.safe_load((m.root / "lock.yaml").read_text())
     return m, doc, doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
+
+
+def _cutoff(doc) -> dict:
+    cutoff = lockfile.cutoff_of(doc)
+    assert cutoff, "lock.yaml must record its resolution cutoff"
+    return cutoff
 
 
 def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypatch):
@@ -34,6 +42,7 @@ def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypat
         [e[0] for e in plan.excludes],
         [dict(plan.indexes)["pypi"]],
         plan.python,
+        **_cutoff(doc),
     )
     got = {n: e["version"] for n, e in res.packages.items()}
     want = {n: str(e["version"]) for n, e in pyset["packages"].items()}
@@ -48,12 +57,18 @@ def test_without_the_overrides_the_real_stack_does_not_resolve(tmp_path, monkeyp
     """Proves the overrides are needed (a test that cannot fail is a defect): sglang's
     transformers==5.6.0 against verl's !=5.6.0."""
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
-    _m, _doc, pyset = _lock()
+    _m, doc, pyset = _lock()
     import pytest
 
     with pytest.raises(resolver.ResolutionFailed, match="transformers"):
         resolver.resolve(
-            pyset["requirements"], pyset["stubs"], [], ["flash-attn-4"], ["https://pypi.org/simple"], "3.12"
+            pyset["requirements"],
+            pyset["stubs"],
+            [],
+            ["flash-attn-4"],
+            ["https://pypi.org/simple"],
+            "3.12",
+            **_cutoff(doc),
         )
 
 
