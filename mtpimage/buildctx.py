@@ -29,6 +29,8 @@ def fetch_archive(comp: Component) -> bytes:
     try:
         tree = sources.fetch(comp.repo, comp.commit)
     except sources.GitError as exc:
+        if exc.fix:  # git named the mirror setting that is off; its message carries the fix
+            raise EnvironmentProblem(f"cannot fetch {comp.name}: {exc.one_line()}") from None
         raise EnvironmentProblem(
             f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
             "or point git at a mirror with url.<mirror>.insteadOf)"

@@ -51,6 +51,28 @@ MISSING_PATTERNS = (
     "unknown revision",
 )
 
+# What a mirror must allow, recognised by git's message when it does not (README, "Lock file
+# and air-gapped sites"): the setting to turn on there and why the tool needs it.
+MIRROR_SETTINGS = (
+    (
+        "filtering not recognized by server",
+        "uploadpack.allowFilter",
+        "partial fetches (MTP_GIT_ALLOW_MISSING_BLOBS=1 fetches commit and trees with --filter=blob:none)",
+    ),
+)
+
+
+def mirror_fix(repo: str, stderr: str) -> str | None:
+    """The mirror setting git's message says is missing, as a fix; None when it names none."""
+    low = (stderr or "").lower()
+    for message, setting, why in MIRROR_SETTINGS:
+        if message in low:
+            return (
+                f"the server of {repo} does not allow {why}: run `git -C <its repository> config "
+                f"{setting} true` on it"
+            )
+    return None
+
 
 def cache_root() -> Path:
     env = os.environ.get("MTP_CACHE_DIR")
@@ -69,8 +91,10 @@ class GitError(EnvironmentProblem):
         low = self.stderr.lower()
         self.offline = any(p in low for p in OFFLINE_PATTERNS)
         self.missing = any(p in low for p in MISSING_PATTERNS)
+        self.fix = mirror_fix(repo, self.stderr)
         at = f" commit {commit}" if commit else ""
-        super().__init__(f"{what} of {repo}{at} failed: git says: {self.stderr or '(no message)'}")
+        fix = f" (fix: {self.fix})" if self.fix else ""
+        super().__init__(f"{what} of {repo}{at} failed: git says: {self.stderr or '(no message)'}{fix}")
 
 
 @dataclass(frozen=True)
@@ -181,7 +205,8 @@ def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
     """Some mirrors (snapshots without large files) hold a commit whose trees are complete but
     some blobs are absent: git's plain fetch then dies with "unable to read <sha>". Opted in
     with MTP_GIT_ALLOW_MISSING_BLOBS=1 (never by default), fetch the commit and trees only
-    (--filter=blob:none; the mirror needs uploadpack.allowFilter), then check out every path
+    (--filter=blob:none; the mirror needs uploadpack.allowFilter, and GitError names it when
+    git says it is off), then check out every path
     except those whose blob the mirror cannot give, named one failed checkout at a time.
     The commit is still verified by hash; the missing paths are returned and recorded."""
 
