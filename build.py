@@ -16,7 +16,12 @@ from mtpimage import fastpath
 
 _reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
 if _reply is not None:
-    fastpath.replay(_reply)
+    try:
+        fastpath.replay(_reply)
+    except BrokenPipeError:  # `| head` read enough: stop quietly, as standard tools do
+        from mtpimage.errors import quiet_exit_for_gone_reader
+
+        sys.exit(quiet_exit_for_gone_reader())
     sys.exit(0)
 
 import importlib.util  # noqa: E402

@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 
 from . import rules
-from .errors import EXIT_ENV, EXIT_INPUT, EXIT_RULES, BuilderError, InputError
+from .errors import (
+    EXIT_ENV,
+    EXIT_INPUT,
+    EXIT_RULES,
+    BuilderError,
+    InputError,
+    quiet_exit_for_gone_reader,
+    stdout_reader_gone,
+)
 from .modelconfig import model_warnings
 from .plan import Plan, verl_facts
 from .planning import load_for, plan_for  # plan_for: tests and bench import it from here too
@@ -282,18 +290,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = getattr(args, "func", None) or COMMANDS.get(args.command, cmd_main)
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError as exc:
+        if stdout_reader_gone():
+            return quiet_exit_for_gone_reader()
+        return _internal_error(exc)  # a socket or a subprocess's pipe, not our reader
     except BuilderError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # never a traceback for users; MTP_DEBUG=1 shows it
-        if os.environ.get("MTP_DEBUG"):
-            raise
-        print(
-            f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
-            file=sys.stderr,
-        )
-        return 70
+    except Exception as exc:
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    """Never a traceback for users; MTP_DEBUG=1 shows it."""
+    if os.environ.get("MTP_DEBUG"):
+        raise exc
+    print(
+        f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
+        file=sys.stderr,
+    )
+    return 70

@@ -37,3 +37,34 @@ class InputError(BuilderError):
 
 class EnvironmentProblem(BuilderError):
     exit_code = EXIT_ENV
+
+
+# 128 + SIGPIPE: how a standard tool ends when the reader of its output went away (`| head`)
+EXIT_PIPE = 141
+
+
+def stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it: a BrokenPipeError then came
+    from our own output, not from a socket or a subprocess's pipe."""
+    import select
+    import sys
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def quiet_exit_for_gone_reader() -> int:
+    """Stop as standard tools do when `| head` has read enough: no message, exit 141. stdout
+    goes to /dev/null so the interpreter's final flush does not complain either."""
+    import os
+    import sys
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    return EXIT_PIPE
