@@ -64,6 +64,8 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
     from . import sources
 
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
+    if comp.subdir not in (".", ""):
+        origin["subdir"] = comp.subdir  # PEP 610's `subdirectory` in the image (mtp_install.py)
     missing = sources.missing_paths(sources.tree_dir(comp.repo, comp.commit))
     if missing:
         origin["missing_from_mirror"] = missing

@@ -8,7 +8,8 @@ Checks (each reports pass, fail or skip, with a detail):
                  subprocess (modules listed in import_skip.txt need a GPU at import: skipped)
   pip-check      `pip check`: no broken or conflicting requirements
   versions       every installed component and package matches /opt/mtp/version.json:
-                 commits of git sources, versions, sha256 of applied patches
+                 commits of git sources (also as pip records them: direct_url.json),
+                 versions, sha256 of applied patches
   probe:<id>     the lock's source probes repeated on what is installed, as the version
                  vector describes them (recompute-padding-mask: inspect.signature of
                  Megatron's MTP layer)
@@ -187,6 +188,14 @@ def _installed(package: str) -> str | None:
         return None
 
 
+def _origin(package: str) -> tuple[str | None, str | None]:
+    """(url, commit) of a VCS install as PEP 610's direct_url.json records it: what `pip
+    freeze` and `pip inspect` report for the distribution."""
+    text = importlib.metadata.distribution(package).read_text("direct_url.json")
+    data = json.loads(text) if text else {}
+    return data.get("url"), (data.get("vcs_info") or {}).get("commit_id")
+
+
 def check_versions(vector: dict) -> list[dict]:
     problems, ok = [], 0
     for comp in vector["components"]:
@@ -206,6 +215,12 @@ def check_versions(vector: dict) -> list[dict]:
                 problems.append(
                     f"{comp['name']}: installed from commit {rec.get('commit')}, "
                     f"version vector says {comp['commit']}"
+                )
+            origin = _origin(comp["package"])
+            if origin != (comp["repo"], comp["commit"]):
+                problems.append(
+                    f"{comp['name']}: pip records its origin as {origin[0]}@{origin[1]} "
+                    f"(direct_url.json), not {comp['repo']}@{comp['commit']}"
                 )
             if comp.get("version") and _norm(comp["version"]) != _norm(have):
                 problems.append(

@@ -9,7 +9,9 @@
                    sources installed without their declared dependencies explain
   record           write /opt/mtp/installed/<name>.json: the commit the source came from
                    (src/<name>/.mtp-source.json, written by the builder from the fetched
-                   git object), the installed distribution's version, the patches' sha256
+                   git object), the installed distribution's version, the patches'
+                   sha256; for a git source, also rewrite its PEP 610 direct_url.json to
+                   the repository and commit
 
 The in-image checks compare these records with /opt/mtp/version.json.
 Standard library only: it runs on the bare base image's Python.
@@ -18,8 +20,11 @@ Standard library only: it runs on the bare base image's Python.
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
 import hashlib
 import importlib.metadata
+import io
 import json
 import re
 import subprocess
@@ -84,6 +89,41 @@ def _build_source(args, patches) -> int:
     for path in (venv, wheels):
         subprocess.run(["rm", "-rf", str(path)], check=True)
     return 0
+
+
+def vcs_direct_url(origin: dict) -> dict:
+    """PEP 610's record of a VCS install for a git source (.mtp-source.json's fields)."""
+    info = {"vcs": "git", "commit_id": origin["commit"]}
+    if origin.get("ref"):
+        info["requested_revision"] = origin["ref"]
+    out = {"url": origin["repo"], "vcs_info": info}
+    if origin.get("subdir") not in (None, "", "."):
+        out["subdirectory"] = origin["subdir"]
+    return out
+
+
+def _dist_info(dist) -> Path:
+    for f in dist.files or []:
+        if f.name == "METADATA" and f.parent.name.endswith(".dist-info"):
+            return Path(dist.locate_file(f)).parent
+    raise SystemExit(f"mtp_install: {dist.metadata['Name']} has no .dist-info/METADATA in its RECORD")
+
+
+def set_direct_url(package: str, data: dict) -> None:
+    """Replace the installed distribution's direct_url.json, and its line in RECORD so RECORD
+    stays true. pip wrote the URL it installed from, the throwaway wheel or the bind-mounted
+    source (file:///tmp/mtp-...), a path that exists nowhere in the image; this makes `pip
+    freeze` and `pip inspect` name the repository and commit instead."""
+    info = _dist_info(importlib.metadata.distribution(package))
+    body = (json.dumps(data, sort_keys=True) + "\n").encode()
+    (info / "direct_url.json").write_bytes(body)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+    entry = f"{info.name}/direct_url.json"
+    rows = list(csv.reader(io.StringIO((info / "RECORD").read_text(encoding="utf-8"))))
+    rows = [r for r in rows if r and r[0] != entry] + [[entry, f"sha256={digest}", str(len(body))]]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    (info / "RECORD").write_text(text.getvalue(), encoding="utf-8")
 
 
 def _pip_check(allowed_file: Path) -> int:
@@ -154,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         origin = json.loads((args.src / ".mtp-source.json").read_text())
         record["commit"] = origin["commit"]
         record["repo"] = origin["repo"]
-        direct = importlib.metadata.distribution(args.package).read_text("direct_url.json")
-        record["direct_url"] = json.loads(direct) if direct else None
+        record["direct_url"] = vcs_direct_url(origin)
+        set_direct_url(args.package, record["direct_url"])
     RECORDS.mkdir(parents=True, exist_ok=True)
     (RECORDS / f"{args.name}.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(f"mtp_install: recorded {args.name} {record.get('commit') or record['version']}", flush=True)
