@@ -7,6 +7,9 @@
 #
 #   scripts/real-stack/build.sh [PROFILE ...]     (default: every shipped profile)
 #
+# Every profile runs; the exit status is 1 when any failed, each named on stderr as
+# `failed: PROFILE (exit N)`. Logs and summaries go to $MTP_REAL_STACK_OUT (out/real-stack).
+#
 # Needs scripts/setup-test-host.sh (dockerd, registry on 127.0.0.1:5000). Git mirrors with
 # missing blobs (snapshots) need MTP_GIT_ALLOW_MISSING_BLOBS=1; the paths they lack are
 # recorded in each source's .mtp-source.json in the image.
@@ -15,19 +18,34 @@ cd "$(dirname "$0")/../.."
 profiles=("$@")
 [ ${#profiles[@]} -gt 0 ] || profiles=(mtp-load-only mtp-full mtp-detach mtp-cp-recompute mtp-rollout)
 export MTP_CACHE_DIR=${MTP_CACHE_DIR:-/var/cache/mtp-real}
-export MTP_SUBSTITUTE_BASE=${MTP_SUBSTITUTE_BASE:-$(bash scripts/real-stack/make-base.sh | tail -1)}
-export MTP_OMIT_PACKAGES=${MTP_OMIT_PACKAGES:-transformer-engine,flash-attn,apex}
+# Assigned before export: `export X=$(cmd)` is export's status, and a failed make-base
+# would go unnoticed.
+if [ -z "${MTP_SUBSTITUTE_BASE:-}" ]; then
+    MTP_SUBSTITUTE_BASE=$(bash scripts/real-stack/make-base.sh | tail -1)
+fi
+export MTP_SUBSTITUTE_BASE
+export MTP_OMIT_PACKAGES=${MTP_OMIT_PACKAGES:-}
 PY=${PYTHON:-.venv/bin/python}
 CA=${MTP_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
-mkdir -p out/real-stack
+OUT=${MTP_REAL_STACK_OUT:-out/real-stack}
+mkdir -p "$OUT"
+failed=()
 for p in "${profiles[@]}"; do
     echo "== $p (base $MTP_SUBSTITUTE_BASE; omitted $MTP_OMIT_PACKAGES)"
     start=$(date +%s)
     set +e
-    "$PY" build.py --profile "$p" --ca-bundle "$CA" --progress plain --summary-file "out/real-stack/$p.json" \
-        > "out/real-stack/$p.log" 2>&1
+    "$PY" build.py --profile "$p" --ca-bundle "$CA" --progress plain --summary-file "$OUT/$p.json" \
+        > "$OUT/$p.log" 2>&1
     rc=$?
     set -e
-    echo "$p: exit $rc in $(( $(date +%s) - start )) s (log: out/real-stack/$p.log)"
-    tail -25 "out/real-stack/$p.log"
+    echo "$p: exit $rc in $(( $(date +%s) - start )) s (log: $OUT/$p.log)"
+    tail -25 "$OUT/$p.log"
+    # every profile still runs: one failure should not hide how the others fare
+    [ "$rc" -eq 0 ] || failed+=("$p (exit $rc)")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+    for f in "${failed[@]}"; do echo "failed: $f" >&2; done
+    echo "${#failed[@]} of ${#profiles[@]} profiles failed" >&2
+    exit 1
+fi
+echo "all ${#profiles[@]} profiles built"
