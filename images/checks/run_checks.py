@@ -14,6 +14,8 @@ Checks (each reports pass, fail or skip, with a detail):
                  vector describes them (recompute-padding-mask: inspect.signature of
                  Megatron's MTP layer)
   cuda-runtime   CUDA runtime libraries present (skipped on bases without CUDA)
+  login-shell    `bash -l` and `sh -l` (cluster job scripts) see this environment: the same
+                 variables, the venv's python first on PATH (/etc/profile.d/mtp-env.sh)
   gpu            images/checks/gpu_check.py, only with --gpu
 
 Exit status 0 when nothing failed, 1 otherwise. Standard library only.
@@ -29,6 +31,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -417,6 +420,49 @@ def check_cuda(vector: dict) -> list[dict]:
     return [result("cuda-runtime", PASS, f"CUDA {major}: {', '.join(want)} present")]
 
 
+# ------------------------------------------------------------------------------- login shells
+# Set by the shell itself, not by the image.
+SHELL_OWN = {"SHLVL", "_", "PWD", "OLDPWD"}
+
+
+def check_login_shell() -> list[dict]:
+    """Cluster job scripts run login shells, whose /etc/profile sets PATH from scratch: the
+    image's environment must hold there too. Each shell runs `python` as its PATH finds it,
+    which reports its prefix and the environment it was given."""
+    code = "import json, os, sys; print(json.dumps([sys.prefix, dict(os.environ)]))"
+    problems, tried = [], []
+    for shell in ("bash", "sh"):
+        exe = shutil.which(shell)
+        if exe is None:
+            continue
+        tried.append(shell)
+        proc = subprocess.run(
+            [exe, "-lc", f"exec python -c '{code}'"], capture_output=True, text=True, timeout=120, cwd="/"
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+            problems.append(f"{shell} -l: exit {proc.returncode}: {last[0]}")
+            continue
+        prefix, env = json.loads(proc.stdout.strip().splitlines()[-1])
+        if prefix != sys.prefix:
+            problems.append(f"{shell} -l: python is {prefix}, not {sys.prefix}")
+        differ = sorted(k for k, v in os.environ.items() if k not in SHELL_OWN and env.get(k) != v)
+        for k in differ:
+            problems.append(f"{shell} -l: {k}={env.get(k)!r}, the image has {os.environ[k]!r}")
+    if not tried:
+        return [result("login-shell", SKIP, "no bash or sh in this image")]
+    if problems:
+        return [result("login-shell", FAIL, "; ".join(problems))]
+    return [
+        result(
+            "login-shell",
+            PASS,
+            f"{' and '.join(s + ' -l' for s in tried)}: python is {sys.prefix}, "
+            f"{len(os.environ)} variables as the image sets them",
+        )
+    ]
+
+
 # ------------------------------------------------------------------------------- GPU
 def check_gpu(gpu: bool) -> list[dict]:
     """With --gpu: the full MTP check on the GPU. Without: its CPU-side part (mode table from
@@ -498,6 +544,7 @@ def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
         ("versions", lambda: check_versions(vector)),
         ("probes", lambda: check_probes(vector)),
         ("cuda-runtime", lambda: check_cuda(vector)),
+        ("login-shell", check_login_shell),
         ("entrypoints", lambda: check_entrypoints(vector)),
     ]
     groups.append(("gpu", lambda: check_gpu(gpu)))

@@ -1,9 +1,10 @@
-"""What a user of a built test image sees: `pip freeze` names each git component's repository
-and commit."""
+"""What a user of a built test image sees: login shells keep the image's environment (cluster
+job scripts run `bash -l`), and `pip freeze` names each git component's repository and commit."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tests.fixtures.image_fixtures import image_world, world_cli
 pytestmark = pytest.mark.timeout(900)
 PROFILE = "test-detach"
 IMAGE = f"mtp-verl:{PROFILE}"
+ASK_PYTHON = 'python -c "import sys; print(sys.prefix)"'
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,28 @@ def world(docker_host, git_world, tmp_path_factory):
 
 def _in_image(world, *argv: str, image: str = IMAGE):
     return world["host"].docker("run", "--rm", image, *argv, check=False, timeout=300)
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_login_shell_finds_the_venv_python(world, shell):
+    proc = _in_image(world, shell, "-lc", ASK_PYTHON)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "/opt/venv"
+
+
+def test_the_login_shell_check_passes_and_fails_without_the_profile_script(world):
+    ok = _in_image(world, "python", "/opt/mtp/checks/run_checks.py", "--only", "login-shell")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"^PASS +login-shell +bash -l and sh -l: python is /opt/venv", ok.stdout, re.M)
+    # without /etc/profile.d/mtp-env.sh, /etc/profile's PATH hides the venv: the check says so
+    bare = _in_image(
+        world,
+        "bash",
+        "-c",
+        "rm /etc/profile.d/mtp-env.sh && python /opt/mtp/checks/run_checks.py --only login-shell",
+    )
+    assert bare.returncode == 1, bare.stdout + bare.stderr
+    assert re.search(r"^FAIL +login-shell +bash -l: exit 127", bare.stdout, re.M), bare.stdout
 
 
 def test_pip_freeze_and_inspect_name_each_git_component_by_repository_and_commit(world):
