@@ -9,9 +9,9 @@
                    sources installed without their declared dependencies explain
   record           write /opt/mtp/installed/<name>.json: the commit the source came from
                    (src/<name>/.mtp-source.json, written by the builder from the fetched
-                   git object), the installed distribution's version, the patches'
-                   sha256; for a git source, also rewrite its PEP 610 direct_url.json to
-                   the repository and commit
+                   git object), the paths a partial mirror lacked, the installed
+                   distribution's version, the patches' sha256; for a git source, also
+                   rewrite its PEP 610 direct_url.json to the repository and commit
 
 The in-image checks compare these records with /opt/mtp/version.json.
 Standard library only: it runs on the bare base image's Python.
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         origin = json.loads((args.src / ".mtp-source.json").read_text())
         record["commit"] = origin["commit"]
         record["repo"] = origin["repo"]
+        if origin.get("missing_from_mirror"):
+            record["missing_from_mirror"] = origin["missing_from_mirror"]
         record["direct_url"] = vcs_direct_url(origin)
         set_direct_url(args.package, record["direct_url"])
     RECORDS.mkdir(parents=True, exist_ok=True)

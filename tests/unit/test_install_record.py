@@ -136,3 +136,15 @@ def test_a_package_in_a_subdirectory_says_so(helper, tmp_path, monkeypatch):
         ["record", "--name", "megatron-lm", "--package", "demo_core", "--source", "git", "--src", str(src)]
     )
     assert _freeze(site).strip() == f"demo_core @ git+{REPO_URL}@{COMMIT}#subdirectory=python"
+
+
+def test_paths_missing_from_the_mirror_reach_the_image_install_record(helper, tmp_path, monkeypatch):
+    """README: absent paths are recorded in the image. src/<name>/.mtp-source.json is only
+    bind-mounted during the build; /opt/mtp/installed/<name>.json stays in the image."""
+    _install(tmp_path, monkeypatch)
+    src = _source(tmp_path, missing_from_mirror=["docs/a.gif"])
+    helper.main(
+        ["record", "--name", "megatron-lm", "--package", "demo_core", "--source", "git", "--src", str(src)]
+    )
+    record = json.loads((tmp_path / "installed" / "megatron-lm.json").read_text())
+    assert record["missing_from_mirror"] == ["docs/a.gif"]
