@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
+from pathlib import Path
 
 from .errors import EnvironmentProblem
 from .plan import Component
@@ -107,3 +109,20 @@ def build_context(rendered: Rendered, progress=print) -> bytes:
         extra.extend(source_entries(comp, fetch_archive(comp)))
     extra.extend(patch_entries(rendered, progress))
     return deterministic_tar(rendered.files, extra)
+
+
+def write_context(rendered: Rendered, out: Path, progress=print) -> int:
+    """The full build context as a directory (`render --with-sources`): exactly the tar the
+    tool sends, so `docker build DIR` builds what the tool builds. The src/ and patches/
+    folders of the plan's components are replaced whole, so files of an earlier commit never
+    linger. Returns the number of files written."""
+    data = build_context(rendered, progress)
+    out = Path(out)
+    for comp in rendered.plan.components:
+        for owned in (out / "src" / comp.name, out / "patches" / comp.name):
+            if owned.is_dir() and not owned.is_symlink():
+                shutil.rmtree(owned)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        files = [m for m in tar.getmembers() if m.isfile()]
+        tar.extractall(out, filter="data")  # our own tar; the filter refuses links and ../ anyway
+    return len(files)

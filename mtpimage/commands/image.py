@@ -1,6 +1,6 @@
 """Render, build, test and publish images: the command line of the image stages.
 
-  python build.py render --profile NAME [--out DIR]
+  python build.py render --profile NAME [--out DIR] [--with-sources]
   python build.py test --profile NAME [--image REF] [--gpu]
   python build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .. import publish
@@ -67,7 +68,14 @@ def cmd_render(args) -> int:
     plan = plan_for(m, args.profile, getattr(args, "sets", None))
     rendered = render(plan, m.root)
     out = Path(args.out) if args.out else Path("out") / plan.profile
-    rendered.write(out)
+    count = len(rendered.write(out))
+    with_sources = getattr(args, "with_sources", False)
+    if with_sources:
+        from ..buildctx import write_context
+
+        # progress goes to stderr: --json keeps stdout one JSON document
+        count = write_context(rendered, out, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    incomplete = not with_sources and any(c.source == "git" or c.patches for c in plan.components)
     if getattr(args, "json", False):
         print(
             json.dumps(
@@ -78,13 +86,19 @@ def cmd_render(args) -> int:
                     "context_digest": rendered.context_digest,
                     "out": str(out),
                     "files": sorted(rendered.files),
+                    "buildable": not incomplete,
                 },
                 indent=2,
             )
         )
     else:
-        _say(f"rendered {plan.profile} -> {out}/Dockerfile ({len(rendered.files)} files)")
+        _say(f"rendered {plan.profile} -> {out}/Dockerfile ({count} files)")
         _say(f"identity {rendered.image()}   context sha256:{rendered.context_digest}")
+        if incomplete:
+            _say(
+                "note: without the git sources and patches (src/, patches/) this directory does "
+                "not build; --with-sources fetches and writes them"
+            )
     return 0
 
 
@@ -148,10 +162,19 @@ def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
 
 
 def register(subparsers, add_common) -> None:
-    p = subparsers.add_parser("render", help="write the Dockerfile and build context of a profile")
+    p = subparsers.add_parser(
+        "render",
+        help="write the Dockerfile and rendered files of a profile (--with-sources: the whole build context)",
+    )
     add_common(p)
     p.add_argument("--profile", required=True)
     p.add_argument("--out", type=Path, help="output directory (default: out/<profile>)")
+    p.add_argument(
+        "--with-sources",
+        action="store_true",
+        help="also fetch and write the git sources and patches (src/, patches/): a directory "
+        "that `docker build` builds (without it: rendered files only, no network)",
+    )
     p.set_defaults(func=cmd_render)
 
     p = subparsers.add_parser("test", help="run the in-image checks of a profile's image in a container")

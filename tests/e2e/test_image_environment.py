@@ -1,5 +1,6 @@
 """What a user of a built test image sees: login shells keep the image's environment (cluster
-job scripts run `bash -l`), and `pip freeze` names each git component's repository and commit."""
+job scripts run `bash -l`), `pip freeze` names each git component's repository and commit, and
+`render --with-sources` writes a directory that plain `docker build` builds."""
 
 from __future__ import annotations
 
@@ -71,3 +72,38 @@ def test_pip_freeze_and_inspect_name_each_git_component_by_repository_and_commit
         assert origins[name]["url"] == comp["repo"]
         assert origins[name]["vcs_info"]["commit_id"] == comp["commit"]
         assert origins[name]["vcs_info"]["vcs"] == "git"
+
+
+def test_render_with_sources_is_a_context_plain_docker_builds(world, tmp_path):
+    host = world["host"]
+    pure = tmp_path / "pure"
+    proc = world_cli(world, "render", "--profile", PROFILE, "--out", str(pure))
+    assert proc.returncode == 0, proc.stderr
+    assert "--with-sources" in proc.stdout  # says that this one does not build
+    assert not (pure / "src").exists()
+    tag = f"{host.registry}/mtp-e2e/render-with-sources:pure"
+    failed = host.build(pure, tag, "--progress", "plain")
+    assert failed.returncode != 0 and re.search(r'"/src/[a-z-]+" not found', failed.stderr), failed.stderr[
+        -2000:
+    ]
+
+    full = tmp_path / "full"
+    proc = world_cli(world, "render", "--profile", PROFILE, "--with-sources", "--json", "--out", str(full))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)  # progress went to stderr
+    assert info["buildable"] is True
+    assert json.loads((full / "src" / "megatron-lm" / ".mtp-source.json").read_text())["commit"]
+    tag = f"{host.registry}/mtp-e2e/render-with-sources:{info['identity']}"
+    built = host.build(full, tag, "--progress", "plain")
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    check = _in_image(world, "python", "/opt/mtp/checks/run_checks.py", "--only", "versions", image=tag)
+    assert check.returncode == 0 and re.search(r"^PASS +versions", check.stdout, re.M), check.stdout
+    host.docker("image", "rm", tag, check=False)
+    # rendering again over it leaves no stale source file behind
+    stale = full / "src" / "megatron-lm" / "left-from-an-older-commit.py"
+    stale.write_text("x = 1\n")
+    assert (
+        world_cli(world, "render", "--profile", PROFILE, "--with-sources", "--out", str(full)).returncode == 0
+    )
+    assert not stale.exists()
+    assert Path(full / "Dockerfile").read_bytes() == (pure / "Dockerfile").read_bytes()
