@@ -15,7 +15,9 @@ the command line; every MTP_* and DOCKER_* variable; the bytes of the manifests 
 files (Dockerfile template, checks, install helpers); build.py and requirements.txt; the
 Python running it and the distributions it can import (jinja2 renders, pyyaml parses).
 Only the plain local main job is remembered: a registry, --json, --dry-run or any other
-option takes the full path every time.
+option takes the full path every time. --summary-file is the one option outside the key: it
+says where to write the summary, not what to build, and a hit writes the same bytes there
+that the full path writes for a local image that is up to date (summary()).
 
 Standard library only, and nothing of the rest of the tool is imported: that is the point.
 """
@@ -36,7 +38,9 @@ IMAGE_REPOSITORY = "mtp-verl"  # plan.IMAGE_REPOSITORY; tests/unit/test_fastpath
 # The options a remembered run may have (each takes one value). The last three only say how
 # a build would run (a BuildKit secret, the progress format), not what it builds; they are in
 # the key all the same.
-OPTIONS = ("--profile", "--manifests", "--set", "--ca-bundle", "--netrc", "--progress")
+OPTIONS = ("--profile", "--manifests", "--set", "--ca-bundle", "--netrc", "--progress", "--summary-file")
+# Accepted but not part of the key: where the run writes its JSON summary (pipeline.run).
+UNKEYED = ("--summary-file",)
 DEFAULT_PROFILE = "mtp-detach"  # cli.DEFAULT_PROFILE; checked by the same test
 
 
@@ -109,7 +113,7 @@ def key(opts: dict, cwd: Path | None = None) -> str:
         json.dumps(
             {
                 "format": FORMAT,
-                "opts": opts,
+                "opts": {k: v for k, v in opts.items() if k not in UNKEYED},
                 "python": sys.version,
                 "exe": sys.executable,
                 "env": sorted(
@@ -205,8 +209,35 @@ def lookup(argv: list[str]) -> tuple[list | None, str | None]:
         if image_id(r) != want:
             _trace(f"miss ({r} is not {str(want)[:19]})")
             return None, k
+    if opts.get("--summary-file") and not write_summary(Path(opts["--summary-file"]), opts["--profile"], ref):
+        _trace("miss (cannot write the summary file)")
+        return None, k
     _trace(f"hit ({ref})")
     return reply, k
+
+
+def summary(profile: str, ref: str) -> str:
+    """The summary pipeline.run writes for a local image that is up to date (same keys, same
+    serialisation); tests/e2e/test_fastpath_e2e.py compares the two byte for byte."""
+    data = {
+        "profile": profile,
+        "image": ref,
+        "pushed": False,
+        "references": [],
+        "digest": None,
+        "up_to_date": True,
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_summary(path: Path, profile: str, ref: str) -> bool:
+    """False when it cannot be written: then the full path runs and reports why."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(summary(profile, ref))
+    except OSError:
+        return False
+    return True
 
 
 def replay(reply: list) -> None:

@@ -66,3 +66,25 @@ def test_hit_replays_the_full_path_and_every_change_misses(world):
         PROFILE,
     )
     assert down.returncode != 0 and "up to date" not in down.stdout
+
+
+def test_summary_file_hits_and_writes_what_the_full_path_writes(world, tmp_path):
+    """scripts/real-stack/build.sh passes --summary-file: its warm no-op is a hit, and the
+    summary it leaves is byte for byte the full path's."""
+    env = {**world["env"], "MTP_FASTPATH_TRACE": "1"}
+    summary = tmp_path / "hit.json"
+    first = world_cli({**world, "env": env}, "--profile", PROFILE, "--summary-file", str(summary))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    hit = world_cli({**world, "env": env}, "--profile", PROFILE, "--summary-file", str(summary))
+    assert "fastpath: hit" in hit.stderr, hit.stderr[-2000:]
+    full_summary = tmp_path / "full.json"
+    full = world_cli(
+        {**world, "env": {**env, "MTP_FASTPATH": "0"}},
+        "--profile",
+        PROFILE,
+        "--summary-file",
+        str(full_summary),
+    )
+    assert full.returncode == 0 and "up to date" in full.stdout
+    assert hit.stdout == full.stdout
+    assert summary.read_bytes() == full_summary.read_bytes()

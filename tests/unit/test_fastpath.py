@@ -225,3 +225,45 @@ def test_constants_agree_with_the_tool():
     parser = cli.make_parser()
     for option in fastpath.OPTIONS:
         assert any(option in a.option_strings for a in parser._actions), option
+
+
+def test_summary_file_is_outside_the_key_and_a_hit_writes_it(world, tmp_path):
+    """The real-stack script passes --summary-file: its warm no-op must answer from the memo
+    too, wherever the summary goes, and still leave the summary a full run would write."""
+    first = tmp_path / "a" / "summary.json"
+    _remember([*ARGV, "--summary-file", str(first)])
+    second = tmp_path / "b" / "summary.json"
+    reply, _ = fastpath.lookup([*ARGV, "--summary-file", str(second)])
+    assert reply is not None
+    assert json.loads(second.read_text()) == {
+        "profile": "mtp-detach",
+        "image": REF,
+        "pushed": False,
+        "references": [],
+        "digest": None,
+        "up_to_date": True,
+    }
+    assert fastpath.lookup(ARGV)[0] is not None  # the same memo serves the run without it
+
+
+def test_a_summary_file_that_cannot_be_written_takes_the_full_path(world, tmp_path):
+    _remember()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert fastpath.lookup([*ARGV, "--summary-file", str(blocker / "summary.json")])[0] is None
+
+
+def test_the_replayed_summary_is_the_one_the_full_path_writes(tmp_path, monkeypatch):
+    from mtpimage import manifest, pipeline, publish
+
+    monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: None)
+    monkeypatch.setattr(publish, "local_id", lambda ref: "sha256:aaa")  # both tags on the image
+    monkeypatch.setattr(fastpath, "done", lambda ref: None)
+    m = manifest.load()
+    job = pipeline.MainJob(
+        manifests=m, plan=cli.plan_for(m, "mtp-detach", None), summary_file=tmp_path / "s.json"
+    )
+    said: list[str] = []
+    assert pipeline.run(job, say=said.append) == 0
+    ref = next(line.split()[1] for line in said if line.startswith("image "))
+    assert (tmp_path / "s.json").read_text() == fastpath.summary("mtp-detach", ref)
