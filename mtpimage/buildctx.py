@@ -25,21 +25,39 @@ from .render import Rendered, deterministic_tar
 def fetch_archive(comp: Component) -> bytes:
     """A tar of the component's pinned commit, from the one git fetcher (sources.fetch: cache
     keyed by repository and commit, retries, url.insteadOf mirrors, partial mirrors opted in)."""
+    assert comp.source == "git" and comp.commit and comp.repo
+    return _tree_archive(comp.name, comp.repo, comp.commit)
+
+
+def fetch_tree_entries(name: str, repo: str, commit: str, prefix: str) -> list[tuple[str, bytes, int]]:
+    """<prefix>/... : the files of a git tree at a pinned commit (a compiled extension's
+    source), plus .mtp-source.json naming where it came from."""
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(_tree_archive(name, repo, commit))) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                mode = 0o755 if member.mode & 0o111 else 0o644
+                out.append((f"{prefix}/{member.name}", tar.extractfile(member).read(), mode))
+    origin = {"name": name, "repo": repo, "commit": commit}
+    out.append((f"{prefix}/.mtp-source.json", (json.dumps(origin, sort_keys=True) + "\n").encode(), 0o644))
+    return out
+
+
+def _tree_archive(name: str, repo: str, commit: str) -> bytes:
     from . import sources
 
-    assert comp.source == "git" and comp.commit and comp.repo
     try:
-        tree = sources.fetch(comp.repo, comp.commit)
+        tree = sources.fetch(repo, commit)
     except sources.GitError as exc:
         if exc.fix:  # git named the mirror setting that is off; its message carries the fix
-            raise EnvironmentProblem(f"cannot fetch {comp.name}: {exc.one_line()}") from None
+            raise EnvironmentProblem(f"cannot fetch {name}: {exc.one_line()}") from None
         raise EnvironmentProblem(
-            f"cannot fetch {comp.name}: {exc.one_line()} (fix: check network access, "
+            f"cannot fetch {name}: {exc.one_line()} (fix: check network access, "
             "or point git at a mirror with url.<mirror>.insteadOf)"
         ) from None
     proc = sources.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
-        raise EnvironmentProblem(f"git ls-files in the {comp.name} cache failed: {proc.stderr[-300:]}")
+        raise EnvironmentProblem(f"git ls-files in the {name} cache failed: {proc.stderr[-300:]}")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in sorted(x for x in proc.stdout.split("\0") if x):
@@ -98,10 +116,29 @@ def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, 
     return out
 
 
-def build_context(rendered: Rendered, progress=print) -> bytes:
-    """The full context tar: rendered files plus src/<name>/ for each git component and
-    patches/<name>/ for each component's patches."""
-    extra: list[tuple[str, bytes, int]] = []
+def build_context(
+    rendered: Rendered, progress=print, wheels: dict | None = None, only_extension: str | None = None
+) -> bytes:
+    """The full context tar: rendered files plus src/<name>/ for each git component,
+    patches/<name>/ for each component's patches, and build/ext-wheels/ with the compiled
+    extensions' cached wheels (`wheels`, from extbuild.ensure_wheels). With `only_extension`,
+    the context of that extension's builder stage instead: the rendered files and its
+    source (ext-src/<name>/), nothing else."""
+    from . import extbuild
+
+    if only_extension is not None:
+        pkg = rendered.plan.package(only_extension)
+        progress(f"source  {pkg.name:<16} {extbuild.extensions.origin(pkg)}")
+        b = pkg.build
+        src = (
+            extbuild.sdist_entries(pkg)
+            if b.source == "sdist"
+            else fetch_tree_entries(
+                pkg.name, b.repo, b.commit, f"{extbuild.extensions.CONTEXT_SRC}/{pkg.name}"
+            )
+        )
+        return deterministic_tar(rendered.files, src)
+    extra: list[tuple[str, bytes, int]] = extbuild.wheel_entries(rendered, wheels or {})
     for comp in rendered.plan.components:
         if comp.source != "git":
             continue

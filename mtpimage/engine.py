@@ -164,17 +164,21 @@ class BuildRequest:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
+    target: str | None = None  # a stage of the Dockerfile (a compiled extension's builder)
+    output_dir: Path | None = None  # export the target's files here instead of an image
+    build_args: tuple[tuple[str, str], ...] = ()  # not in the Dockerfile text: not in the identity
 
 
 def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
     """Build an image from a context tar on stdin; return its image ID. No tag is set:
-    tags are set only after the image passed its tests."""
+    tags are set only after the image passed its tests. With `output_dir`, the target
+    stage's files are exported there (`--output type=local`) and "" is returned."""
     kit = detect()
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
         iidfile = Path(tmp) / "iid"
         if kit.mode == "buildx":
-            argv = [kit.cli, "buildx", "build", "--load"]
+            argv = [kit.cli, "buildx", "build"] + ([] if req.output_dir else ["--load"])
             if req.builder:
                 argv += ["--builder", req.builder]
         else:
@@ -188,6 +192,12 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
             env["DOCKER_BUILDKIT"] = "1"
             argv = [kit.cli, "build"]
         argv += ["--iidfile", str(iidfile), "--progress", req.progress]
+        if req.target:
+            argv += ["--target", req.target]
+        if req.output_dir:
+            argv += ["--output", f"type=local,dest={Path(req.output_dir).resolve()}"]
+        for key, value in req.build_args:
+            argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(req.labels.items()):
             argv += ["--label", f"{key}={value}"]
         for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
@@ -243,4 +253,6 @@ def build(req: BuildRequest, log_path: Path | None = None, echo=True) -> str:
                 log.close()
         if proc.returncode != 0:
             raise BuildFailed("build failed: " + " | ".join(t for t in tail[-6:] if t.strip()))
+        if req.output_dir:
+            return ""
         return iidfile.read_text().strip()

@@ -77,6 +77,15 @@ def package_pin(p) -> dict:
     d = {"version": p.version, "index": p.index}
     if p.extras:
         d["extras"] = list(p.extras)
+    if p.build is not None:
+        from .extensions import source_pin
+
+        d["build"] = {
+            "source": source_pin(p),
+            "env": dict(p.build.env),
+            "build_requires": list(p.build.build_requires),
+            "produces": list(p.build.produces),
+        }
     return d
 
 

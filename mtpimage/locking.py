@@ -142,6 +142,21 @@ class Locker:
         self.sets: dict[str, dict] = {}
         self.resolve_seconds = 0.0
 
+    # compiled extensions ----------------------------------------------------
+    def extension_source(self, p) -> dict:
+        """A compiled extension's source pin, checked: the sdist's sha256 as its index lists
+        it, or the git commit fetched. Unreachable is recorded; a mismatch is a failure."""
+        from .extensions import verify_source
+
+        ok, detail = verify_source(p)
+        if ok is None:
+            self.unverified.append(f"{p.name}: source {detail}")
+            return {"verified": False, "reason": detail}
+        if not ok:
+            self.failures.append(f"{p.name}: {detail}")
+            return {"verified": False, "error": detail}
+        return {"verified": True}
+
     # components -------------------------------------------------------------
     def component_entry(self, plan: Plan, c) -> dict:
         self.ss.indexes = dict(plan.indexes)
@@ -283,6 +298,10 @@ class Locker:
         for p in plan.packages:
             requirements.append(p.requirement)
             owner[pydeps.canonical(p.name)] = p.name
+            if p.build is not None:
+                # compiled here: its metadata needs a build, so it is data (requires_dist)
+                stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist or ())}
+                continue
             if reach[p.index]:
                 if p.requires_dist is None:
                     raise InputError(
@@ -403,6 +422,8 @@ class Locker:
                 stub = stubs[comp.package]
                 if not comp.deps_declared:
                     e["declared_dependencies"] = "not installed (dependencies.declared: false)"
+            elif entry["stub"] and _built(plan, owner.get(name, "")) is not None:
+                e.update(source="built", built_from=_built(plan, owner[name]))
             elif entry["stub"]:
                 e.update(
                     index=plan.package(owner[name]).index,
@@ -425,8 +446,10 @@ class Locker:
             for n, v in sorted(stubs.items())
         }
         build_sets = {}
-        for c in plan.components:
-            if c.source == "git" and c.build_requires:
+        builders = [_Named(c.name, c.build_requires) for c in plan.components if c.source == "git"]
+        builders += [_Named(p.name, p.build.build_requires) for p in plan.packages if p.build is not None]
+        for c in builders:
+            if c.build_requires:
                 try:
                     br = resolver.resolve(
                         list(c.build_requires),
@@ -461,6 +484,22 @@ class Locker:
                 self.unverified.append(line)
         self.sets[key] = doc
         return key
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A source with build backends to lock: a git component or a compiled extension."""
+
+    name: str
+    build_requires: tuple[str, ...]
+
+
+def _built(plan: Plan, name: str) -> dict | None:
+    """The source pin of a package the tool compiles (lock.yaml records it, not a file)."""
+    from .extensions import source_pin
+
+    p = plan.package(name)
+    return source_pin(p) if p is not None and p.build is not None else None
 
 
 def _plans(m, names) -> list[Plan]:
@@ -594,6 +633,8 @@ def lock(
         for plan in plans:
             for p in plan.packages:
                 packages[p.name] = lockfile.package_pin(p)
+                if p.build is not None:
+                    packages[p.name].update(locker.extension_source(p))
             probes = probe_plan(plan, m.root, locker.ss)
             results = rules.evaluate(plan, probes)
             for r in rules.errors(results):

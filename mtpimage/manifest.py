@@ -92,6 +92,14 @@ def load_catalogue(root: Path) -> Catalogue:
             "a package of the same name exists",
             "rename one of the two",
         )
+    for name, entry in data["packages"].items():
+        if "build" in entry and "requires_dist" not in entry:
+            raise InputError(
+                doc.where(("packages", name, "build")),
+                f"packages.{name}.requires_dist",
+                "a package built from source needs its Requires-Dist as data (its metadata needs a build)",
+                "add requires_dist (requires + source) read from the source's PKG-INFO or setup.py",
+            )
     cat = Catalogue(root, doc, data)
     for name, comp in data["components"].items():
         check_patches(cat, name, comp.get("patches", []))

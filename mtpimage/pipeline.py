@@ -103,12 +103,13 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
 
     base_preflight(plan)
     t0 = time.monotonic()
-    context = build_context(rendered, progress=say)
+    wheels = extension_wheels(plan, rendered, options, say)
+    context = build_context(rendered, progress=say, wheels=wheels)
     kit = engine.detect()
     say(f"build   {rendered.identity} with {kit.describe()}")
     req = engine.BuildRequest(
         context_tar=context,
-        labels=identity_labels(rendered.identity),
+        labels={**identity_labels(rendered.identity), **extension_labels(wheels)},
         ca_bundle=options.ca_bundle,
         netrc=options.netrc,
         builder=options.builder,
@@ -121,6 +122,48 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
     sizes.after_build(plan, image_id, say)
     return image_id
+
+
+def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:
+    """The compiled extensions' wheels, from the wheel cache or built once per key in their
+    builder stages (same secrets and builder as the image build); see extbuild.py."""
+    from . import extbuild, extensions
+    from .buildctx import build_context
+
+    if not extensions.built(plan):
+        return {}
+
+    def context_for(name: str) -> bytes:
+        return build_context(rendered, progress=say, only_extension=name)
+
+    def request_for(context: bytes, target: str, out_dir: Path, build_args) -> None:
+        engine.build(
+            engine.BuildRequest(
+                context_tar=context,
+                labels={},
+                ca_bundle=options.ca_bundle,
+                netrc=options.netrc,
+                builder=options.builder,
+                progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+                target=target,
+                output_dir=out_dir,
+                build_args=tuple(build_args),
+            )
+        )
+
+    return extbuild.ensure_wheels(
+        rendered, context_for, request_for, say, jobs=extbuild.max_jobs(plan.ext_max_jobs)
+    )
+
+
+def extension_labels(wheels: dict) -> dict[str, str]:
+    """Each compiled wheel's sha256 on the image (the rendered version vector holds its key)."""
+    from .versionvector import LABEL_NS
+
+    return {
+        f"{LABEL_NS}.extension.{name}": f"{w.filename} sha256:{w.sha256}"
+        for name, w in sorted(wheels.items())
+    }
 
 
 def run_tests(image: str, gpu: bool, say: Say = _say) -> imagetest.TestReport:

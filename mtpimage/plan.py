@@ -78,6 +78,27 @@ class Component:
 
 
 @dataclass(frozen=True)
+class ExtensionBuild:
+    """How the tool compiles a package itself (components.yaml `build`): its pinned source
+    (an sdist by sha256, or a git commit), its own build switches and hashed build backends.
+    The architectures come from `builds.cuda_archs`; see extensions.py."""
+
+    source: str  # sdist | git
+    url: str | None  # sdist url
+    sha256: str | None  # of the sdist
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    env: tuple[tuple[str, str], ...]  # sorted; {cuda_archs}/{torch_cuda_arch_list} unfilled
+    build_requires: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()  # compiled modules the wheel must hold
+
+    @property
+    def pin(self) -> str:
+        return f"sha256:{self.sha256}" if self.source == "sdist" else str(self.commit)
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
@@ -85,6 +106,7 @@ class Package:
     layer: str
     extras: tuple[str, ...]
     requires_dist: tuple[str, ...] | None = None  # as data, for an index unreachable at lock time
+    build: ExtensionBuild | None = None  # compiled by the tool from a pinned source
 
     @property
     def requirement(self) -> str:
@@ -130,6 +152,10 @@ class Plan:
     excludes: tuple[tuple[str, str, str], ...] = ()
     sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
+    cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
+    routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
+    # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
+    ext_max_jobs: int = field(default=2, compare=False)
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:
@@ -150,6 +176,10 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["ext_max_jobs"]
+        for key in ("cuda_archs", "routes"):  # absent when unused: older plans keep their digest
+            if not d[key]:
+                del d[key]
         d["engine"] = self.engine_dict()
         d["indexes"] = dict(self.indexes)
         d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
@@ -226,6 +256,24 @@ def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: st
     return lines
 
 
+def _extension_build(b: dict | None) -> ExtensionBuild | None:
+    if not b:
+        return None
+    src = b.get("sdist") or {}
+    git = b.get("git") or {}
+    return ExtensionBuild(
+        source="sdist" if src else "git",
+        url=src.get("url"),
+        sha256=src.get("sha256"),
+        repo=git.get("repo"),
+        ref=git.get("ref"),
+        commit=git.get("commit"),
+        env=tuple(sorted(b.get("env", {}).items())),
+        build_requires=tuple(b.get("build_requires", [])),
+        produces=tuple(b.get("produces", [])),
+    )
+
+
 def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
     cat = m.catalogue.data
     data = rp.data
@@ -274,6 +322,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             layer=p["layer"],
             extras=tuple(p.get("extras", [])),
             requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None,
+            build=_extension_build(p.get("build")),
         )
         for name, p in rp.packages.items()
     )
@@ -324,4 +373,12 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             (e["package"], " ".join(e["why"].split()))
             for e in (cat.get("resolution") or {}).get("sdists", [])
         ),
+        cuda_archs=tuple((cat.get("builds") or {}).get("cuda_archs", ["90"]))
+        if any(p.build for p in packages)
+        else (),
+        routes=tuple(
+            (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
+            for r in (cat.get("resolution") or {}).get("routes", [])
+        ),
+        ext_max_jobs=(cat.get("builds") or {}).get("max_jobs", 2),
     )

@@ -23,12 +23,19 @@ from pathlib import Path
 import jinja2
 from packaging.utils import canonicalize_name as canonical
 
-from . import __version__
+from . import __version__, extensions
+from .errors import EnvironmentProblem
 from .locations import IMAGES_DIR
 from .plan import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, Plan
 from .versionvector import labels, vector_bytes
 
 PYPI = "pypi"
+
+
+class UnpinnedPackage(EnvironmentProblem):
+    """A locked row without a sha256 reached the renderer (check refuses it first)."""
+
+    exit_code = 1
 
 
 def shell_quote(value) -> str:
@@ -64,6 +71,10 @@ class Rendered:
     identity: str  # <profile>-<12 hex>
     # where local patch files are read from at build time (buildctx.py); not part of the output
     manifests_root: Path | None = field(default=None, compare=False)
+    # compiled extensions: (name, the builder stage's text) and their wheel-cache entries as the
+    # version vector records them (extensions.py)
+    builders: tuple[tuple[str, str], ...] = ()
+    extensions: tuple[dict, ...] = field(default=(), compare=False)
 
     @property
     def dockerfile(self) -> str:
@@ -114,6 +125,8 @@ def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
     built from their hashed sdist, and rows locked without a hash by exact version."""
     steps: list[dict] = []
     sdists = {n for n, _ in plan.sdists}
+    # compiled by the tool: installed from their cached wheels by sha256 (the extensions layer)
+    mine = [e for e in mine if not extensions.is_built(plan, e[0])]
     for index in sorted({e[3] for e in mine}):
         rows = [e for e in mine if e[3] == index]
         hashed = [e for e in rows if e[5] and e[0] not in sdists]
@@ -141,18 +154,14 @@ def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
                     "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built),
                 }
             )
-        # unreachable when locked (verl's wheelhouse from here): exact version, wheel only, no hash
-        for e in rows:
-            if not e[5]:
-                steps.append(
-                    {
-                        "kind": "unhashed",
-                        "name": e[0],
-                        "index_url": _index_url(plan, index),
-                        "requirement": f"{e[0]}=={e[1]}",
-                        "patches": [],
-                    }
-                )
+        # The Dockerfile never installs by version alone: lock and check refuse such a row
+        # (rule hash-pinned); a plan that still has one is a defect, not an input.
+        unhashed = [e[0] for e in rows if not e[5]]
+        if unhashed:
+            raise UnpinnedPackage(
+                f"{', '.join(unhashed)} from index {index} would install without a sha256 "
+                "(fix: `python build.py lock` where the index answers, or build it from a pinned source)"
+            )
     return steps
 
 
@@ -233,6 +242,7 @@ def _install_layers(plan: Plan) -> list[dict]:
             for layer in layers
         ]
     out = []
+    built = extensions.built(plan)
     for layer in layers:
         steps = _filled(_locked_dependency_steps(plan, layer.name, layer.items))
         if steps:
@@ -241,6 +251,17 @@ def _install_layers(plan: Plan) -> list[dict]:
                     "name": f"{layer.name}-deps",
                     "steps": steps,
                     "members": [f"from PyPI for {', '.join(layer.items) or layer.name}"],
+                }
+            )
+        mine = [p.name for p in built if p.layer == layer.name]
+        if mine:
+            # right above their own dependencies, below everything a pin bump touches: a
+            # Megatron-LM, bridge, sglang or verl bump rebuilds none of them
+            out.append(
+                {
+                    "name": layer.name,
+                    "members": [f"compiled: {', '.join(mine)}"],
+                    "steps": _filled([{"kind": "ext-wheels", "name": layer.name}]),
                 }
             )
     for layer in layers:
@@ -253,6 +274,8 @@ def _install_layers(plan: Plan) -> list[dict]:
 def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[dict]:
     steps: list[dict] = []
     pkgs = [plan.package(i) for i in items if plan.package(i) is not None]
+    built = [p.name for p in pkgs if p.build is not None]
+    pkgs = [p for p in pkgs if p.build is None]
     by_index: dict[str, list[str]] = {}
     for p in pkgs:
         by_index.setdefault(p.index, []).append(p.requirement)
@@ -269,6 +292,8 @@ def _layer_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[di
                 "patches": [],
             }
         )
+    if built:
+        steps.append({"kind": "ext-wheels", "name": layer_name, "patches": []})
     for item in items:
         c = plan.component(item)
         if c is None:
@@ -341,9 +366,43 @@ def _tree(src: Path, prefix: str) -> dict[str, bytes]:
     return files
 
 
+def _torch_layer(plan: Plan, install_layers: list[dict]) -> str | None:
+    """The install layer that installs torch: builder stages start right after it."""
+    for layer in install_layers:
+        for step in layer["steps"]:
+            lines = step.get("text", "").splitlines() + list(step.get("requirements") or [])
+            if any(line.split("==")[0] == "torch" for line in lines):
+                return layer["name"]
+    return None
+
+
+def _builders(plan: Plan, images: Path, install_layers: list[dict]) -> tuple[list[dict], str | None]:
+    """One builder stage per compiled extension, each rendered on its own: its text is part
+    of the wheel's key (extensions.key_inputs)."""
+    pkgs = extensions.built(plan)
+    if not pkgs:
+        return [], None
+    after = _torch_layer(plan, install_layers)
+    if after is None:
+        raise UnpinnedPackage(
+            f"{', '.join(p.name for p in pkgs)}: compiled extensions need a locked torch to build "
+            "against (fix: `python build.py lock`)"
+        )
+    template = _env(images).get_template("partials/ext_build.j2")
+    out = []
+    for pkg in pkgs:
+        spec = extensions.builder_spec(plan, pkg, _index_url(plan, PYPI))
+        spec["text"] = template.render(b=spec).rstrip("\n") + "\n"
+        out.append(spec)
+    return out, after
+
+
 def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rendered:
     images = Path(images or IMAGES_DIR)
     install_layers = _install_layers(plan)
+    builders, builders_after = _builders(plan, images, install_layers)
+    recipes = {b["name"]: b["text"] for b in builders}
+    ext_entries = extensions.vector_entries(plan, recipes)
     template = _env(images).get_template("Dockerfile.j2")
     dockerfile = template.render(
         plan=plan,
@@ -351,8 +410,13 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         os_packages=list(plan.os_packages),
         install_layers=install_layers,
         labels=labels(plan, IMAGE_REPOSITORY),
+        builders=builders,
+        builders_after=builders_after,
+        stack_stage=extensions.STACK_STAGE,
     )
     files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
+    for b in builders:
+        files[f"build/requirements/{b['build_file']}"] = b["build_text"].encode()
     files.update(_tree(images / "lib", "build/lib"))
     if plan.locked:
         for layer in install_layers:
@@ -364,14 +428,22 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         files["build/allowed-conflicts.json"] = _allowed_conflicts(plan)
     else:
         files.update(_constraints(plan))
-    files["mtp/version.json"] = vector_bytes(plan)
+    files["mtp/version.json"] = vector_bytes(plan, ext_entries)
     files.update(_tree(images / "checks", "mtp/checks"))
     for target, lines in plan.verl_overrides:
         files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
     files = dict(sorted(files.items()))
     digest = hashlib.sha256(deterministic_tar(files)).hexdigest()
     identity = f"{plan.profile}-{hashlib.sha256(f'{plan.digest}:{digest}'.encode()).hexdigest()[:12]}"
-    return Rendered(plan, files, digest, identity, Path(manifests_root).resolve())
+    return Rendered(
+        plan,
+        files,
+        digest,
+        identity,
+        Path(manifests_root).resolve(),
+        builders=tuple((b["name"], b["text"]) for b in builders),
+        extensions=tuple(ext_entries),
+    )
 
 
 def image_of(plan: Plan, manifests_root: Path) -> str:

@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 
 import yaml
+from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
 from . import modes
@@ -293,6 +294,28 @@ def unpinned_ref(plan: Plan, f: dict) -> Verdict:
     if floating:
         return Verdict(FAIL, "; ".join(floating))
     return Verdict(PASS, "every input pinned")
+
+
+@predicate
+def hash_pinned(plan: Plan, f: dict) -> Verdict:
+    """Every locked row has a sha256, or is compiled here from a source pinned by hash."""
+    if not plan.locked:
+        return Verdict(NA, "no lock for this plan: `--frozen` builds refuse it; run `python build.py lock`")
+    built = {canonical(p.name) for p in plan.packages if p.build is not None}
+    loose = [
+        f"{e[0]}=={e[1]} (index {e[3]})" for e in plan.locked if not e[5] and canonical(e[0]) not in built
+    ]
+    unpinned = [
+        p.name
+        for p in plan.packages
+        if p.build is not None and not (p.build.sha256 or (p.build.commit and len(p.build.commit) == 40))
+    ]
+    if loose or unpinned:
+        return Verdict(
+            FAIL,
+            "; ".join([f"{x}: no sha256" for x in loose] + [f"{x}: source not pinned" for x in unpinned]),
+        )
+    return Verdict(PASS, f"{len(plan.locked)} locked files by sha256, {len(built)} built from hashed sources")
 
 
 @predicate

@@ -63,7 +63,7 @@ def _patch(p) -> dict:
     return d
 
 
-def version_vector(plan: Plan) -> dict:
+def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
     facts = verl_facts()
     mode = modes.get(plan.mode)
     components = []
@@ -127,11 +127,17 @@ def version_vector(plan: Plan) -> dict:
         },
         "python_packages": {e[0]: e[1] for e in plan.locked if not e[2].startswith("build:")},
         "substitutions": [{"what": w, "detail": d} for w, d in plan.substitutions],
+        **({"extensions": list(extensions)} if extensions else {}),
+        **(
+            {"routes": [{"package": n, "choice": c, "why": w} for n, c, w in plan.routes]}
+            if plan.routes
+            else {}
+        ),
     }
 
 
-def vector_bytes(plan: Plan) -> bytes:
-    return (json.dumps(version_vector(plan), indent=2, sort_keys=True) + "\n").encode()
+def vector_bytes(plan: Plan, extensions: list[dict] | tuple = ()) -> bytes:
+    return (json.dumps(version_vector(plan, extensions), indent=2, sort_keys=True) + "\n").encode()
 
 
 def _git(*args: str) -> str | None:
