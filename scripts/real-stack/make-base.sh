@@ -14,22 +14,44 @@
 #     the Dockerfile's os layer sees them installed and apt does not pull Debian's 3.13.
 # Settings: MTP_STANDIN_REGISTRY (127.0.0.1:5000), MTP_STANDIN_DIR (/var/lib/mtp-real-base),
 #           MTP_STANDIN_PYTHON (pyenv prefix 3.12), MTP_STANDIN_CUDA (/usr/local/cuda-13.0)
+#
+# Made once, then reused. `docker import` stamps a creation time, so every import is a new
+# digest: a new identity for every profile built on it, every layer rebuilt, and the previous
+# import left behind untagged. So each step runs only when its inputs changed:
+#   - the rootfs ($DIR/rootfs) when its key changes: build_rootfs below (its code, not its
+#     comments), the Python and CUDA it copies (paths and versions); .complete holds the key;
+#   - the import when the image's key changes (the rootfs's key, the reference, the import's
+#     settings) or the digest in $DIR/standin.stamp is gone from the registry.
+# Made before keys existed (an empty .complete, no stamp): the rootfs is taken as made from
+# the current inputs, and the image under the reference is adopted when it has this script's
+# label. Delete $DIR/rootfs/.complete to make everything again.
 set -euo pipefail
 REGISTRY=${MTP_STANDIN_REGISTRY:-127.0.0.1:5000}
 DIR=${MTP_STANDIN_DIR:-/var/lib/mtp-real-base}
 PY=${MTP_STANDIN_PYTHON:-$(pyenv prefix 3.12 2>/dev/null || true)}
 CUDA=${MTP_STANDIN_CUDA:-/usr/local/cuda-13.0}
 MIRROR=${MTP_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-REF=$REGISTRY/mtp-standin/cuda:13.0.2-devel-trixie-py3.12
-log() { printf '[make-base] %s\n' "$*" >&2; }
-
-[ "$(id -u)" -eq 0 ] || { echo "make-base: run as root" >&2; exit 1; }
-[ -x "$PY/bin/python3.12" ] || { echo "make-base: no Python 3.12 at '$PY' (set MTP_STANDIN_PYTHON)" >&2; exit 1; }
-[ -x "$CUDA/bin/nvcc" ] || { echo "make-base: no CUDA toolkit at $CUDA (set MTP_STANDIN_CUDA)" >&2; exit 1; }
-command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >&2
-
+NAME=mtp-standin/cuda
+TAG=13.0.2-devel-trixie-py3.12
+REF=$REGISTRY/$NAME:$TAG
 ROOT=$DIR/rootfs
-if [ ! -f "$ROOT/.complete" ]; then
+STAMP=$DIR/standin.stamp
+LABEL="nvidia/cuda:13.0.2-devel-ubuntu24.04 stand-in: Debian trixie + local CUDA 13.0 toolkit + Python 3.12"
+IMPORT_CHANGES=(
+    'ENV PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+    'ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64'
+    'ENV CUDA_VERSION=13.0.2'
+    'ENV NVIDIA_VISIBLE_DEVICES=all'
+    'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+    "LABEL io.mtp-image-builder.standin=\"$LABEL\""
+)
+MANIFEST_TYPES='application/vnd.docker.distribution.manifest.v2+json,application/vnd.oci.image.manifest.v1+json'
+log() { printf '[make-base] %s\n' "$*" >&2; }
+sha256() { sha256sum | cut -d' ' -f1; }
+
+build_rootfs() {
+    [ "$(id -u)" -eq 0 ] || { echo "make-base: building the rootfs needs root" >&2; exit 1; }
+    command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >&2
     rm -rf "$ROOT"; mkdir -p "$ROOT"
     log "debootstrap trixie (minbase) into $ROOT"
     # The real base's runtime libraries for Python (libssl, libffi, sqlite, ...) and the
@@ -57,17 +79,85 @@ if [ ! -f "$ROOT/.complete" ]; then
     done
     chroot "$ROOT" python3.12 -c 'import ssl, sqlite3, ctypes, venv, ensurepip; print("python ok")' >&2
     rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
-    touch "$ROOT/.complete"
+}
+
+# HEAD by digest: the registry still serves that very image.
+in_registry() {
+    curl -fsS -o /dev/null --max-time 30 -I -H "Accept: $MANIFEST_TYPES" \
+        "http://$REGISTRY/v2/$NAME/manifests/$1" 2>/dev/null
+}
+
+# The digest the tag points at when that image has this script's label; nothing otherwise.
+labelled_tag_digest() {
+    local digest config
+    digest=$(curl -fsS --max-time 30 -I -H "Accept: $MANIFEST_TYPES" "http://$REGISTRY/v2/$NAME/manifests/$TAG" \
+        2>/dev/null | tr -d '\r' | sed -n 's/^[Dd]ocker-[Cc]ontent-[Dd]igest: *//p') || return 0
+    [ -n "$digest" ] || return 0
+    config=$(curl -fsS --max-time 30 -H "Accept: $MANIFEST_TYPES" "http://$REGISTRY/v2/$NAME/manifests/$digest" \
+        | "$PY/bin/python3.12" -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])') || return 0
+    curl -fsS --max-time 30 "http://$REGISTRY/v2/$NAME/blobs/$config" | "$PY/bin/python3.12" -c '
+import json, sys
+labels = json.load(sys.stdin).get("config", {}).get("Labels") or {}
+sys.exit(labels.get("io.mtp-image-builder.standin") != sys.argv[1])' "$LABEL" || return 0
+    echo "$digest"
+}
+
+stamp() { echo "$image_key $1" > "$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"; }
+
+[ -x "$PY/bin/python3.12" ] || { echo "make-base: no Python 3.12 at '$PY' (set MTP_STANDIN_PYTHON)" >&2; exit 1; }
+[ -x "$CUDA/bin/nvcc" ] || { echo "make-base: no CUDA toolkit at $CUDA (set MTP_STANDIN_CUDA)" >&2; exit 1; }
+curl -fsS -o /dev/null --max-time 10 "http://$REGISTRY/v2/" || {
+    echo "make-base: registry $REGISTRY does not answer (scripts/setup-test-host.sh starts it)" >&2; exit 1; }
+
+rootfs_key=$({
+    declare -f build_rootfs  # bash prints the code without its comments
+    echo "python $PY"; "$PY/bin/python3.12" -VV
+    echo "cuda $CUDA"; "$CUDA/bin/nvcc" --version
+} | sha256)
+image_key=$(printf '%s\n' "$rootfs_key" "$REF" "${IMPORT_CHANGES[@]}" | sha256)
+
+if [ -f "$ROOT/.complete" ] && [ ! -s "$ROOT/.complete" ]; then
+    log "rootfs $ROOT was made before input keys: taken as made from the current inputs"
+    echo "$rootfs_key" > "$ROOT/.complete"
 fi
+if [ "$(cat "$ROOT/.complete" 2>/dev/null)" != "$rootfs_key" ]; then
+    build_rootfs
+    echo "$rootfs_key" > "$ROOT/.complete"
+fi
+
+if [ -f "$STAMP" ]; then
+    read -r key digest < "$STAMP" || true
+    if [ "$key" != "$image_key" ]; then
+        log "inputs changed since $STAMP: importing again"
+    elif in_registry "$digest"; then
+        log "inputs unchanged ($STAMP): reusing $REF@$digest"
+        echo "$REF@$digest"
+        exit 0
+    else
+        log "$digest is gone from $REGISTRY: importing again"
+    fi
+else
+    digest=$(labelled_tag_digest)
+    if [ -n "$digest" ]; then
+        log "adopting $REF@$digest: it has this script's label and was made before stamps existed"
+        stamp "$digest"
+        echo "$REF@$digest"
+        exit 0
+    fi
+fi
+
+# What the tag names now: once the tag moves, an untagged 1 GB leftover (the registry keeps it).
+previous=$(docker image inspect --format '{{.Id}}' "$REF" 2>/dev/null || true)
 log "docker import -> $REF"
-tar --exclude=./.complete -C "$ROOT" -c . | docker import \
-    --change 'ENV PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change 'ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64' \
-    --change 'ENV CUDA_VERSION=13.0.2' \
-    --change 'ENV NVIDIA_VISIBLE_DEVICES=all' \
-    --change 'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility' \
-    --change 'LABEL io.mtp-image-builder.standin="nvidia/cuda:13.0.2-devel-ubuntu24.04 stand-in: Debian trixie + local CUDA 13.0 toolkit + Python 3.12"' \
-    - "$REF" >/dev/null
+changes=()
+for c in "${IMPORT_CHANGES[@]}"; do changes+=(--change "$c"); done
+tar --exclude=./.complete -C "$ROOT" -c . | docker import "${changes[@]}" - "$REF" >/dev/null
 docker push -q "$REF" >&2
 digest=$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REF" | grep "^$REGISTRY/" | head -1 | cut -d@ -f2)
+[ -n "$digest" ] || { echo "make-base: no registry digest for $REF after docker push" >&2; exit 1; }
+stamp "$digest"
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$REF")" ]; then
+    # fails, and is left alone, while a container or another tag still uses it
+    docker image rm "$previous" >/dev/null 2>&1 && log "removed the previous stand-in $previous" || true
+fi
 echo "$REF@$digest"
