@@ -18,6 +18,9 @@ Checks (each reports pass, fail or skip, with a detail):
                  variables, the venv's python first on PATH (/etc/profile.d/mtp-env.sh)
   gpu            images/checks/gpu_check.py, only with --gpu
 
+A check that reports how many things it checked (`checked`) and checked none is a skip,
+whatever it returned: a pass must mean something was looked at.
+
 Exit status 0 when nothing failed, 1 otherwise. Standard library only.
 """
 
@@ -42,8 +45,19 @@ RECORDS = Path("/opt/mtp/installed")
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
 
-def result(cid: str, status: str, detail: str) -> dict:
-    return {"id": cid, "status": status, "detail": detail}
+def result(cid: str, status: str, detail: str, checked: int | None = None) -> dict:
+    """checked: how many things the check looked at, where it counts them."""
+    out = {"id": cid, "status": status, "detail": detail}
+    if checked is not None:
+        out["checked"] = checked
+    return out
+
+
+def settle(r: dict) -> dict:
+    """A pass that checked nothing is a skip (mtpimage/imagetest.py applies the same rule)."""
+    if r["status"] == PASS and r.get("checked") == 0:
+        return {**r, "status": SKIP, "detail": "nothing checked: " + r["detail"]}
+    return r
 
 
 # ------------------------------------------------------------------------------- imports
@@ -129,8 +143,8 @@ def check_imports() -> list[dict]:
     if absent:
         detail += f"; listed in top_level.txt but not shipped: {', '.join(sorted(absent))}"
     if failures:
-        return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures))]
-    return [result("imports", PASS, detail)]
+        return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures), len(todo))]
+    return [result("imports", PASS, detail, len(todo))]
 
 
 # ------------------------------------------------------------------------------- pip check
@@ -249,9 +263,11 @@ def check_versions(vector: dict) -> list[dict]:
     omitted = {
         s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"
     }
+    compared = len(vector["components"]) + len(exact)
     for pkg in vector["packages"]:
         if pkg["name"] in omitted:
             continue
+        compared += 1
         have = _installed(pkg["name"])
         if have is None:
             problems.append(f"package {pkg['name']} not installed")
@@ -260,7 +276,7 @@ def check_versions(vector: dict) -> list[dict]:
         else:
             ok += 1
     if problems:
-        return [result("versions", FAIL, "; ".join(problems))]
+        return [result("versions", FAIL, "; ".join(problems), compared)]
     return [
         result(
             "versions",
@@ -268,6 +284,7 @@ def check_versions(vector: dict) -> list[dict]:
             f"{len(vector['components'])} components, "
             f"{len(vector['packages'])} packages and {len(exact)} locked distributions match "
             "the version vector",
+            compared,
         )
     ]
 
@@ -466,22 +483,42 @@ def check_login_shell() -> list[dict]:
 # ------------------------------------------------------------------------------- GPU
 def check_gpu(gpu: bool) -> list[dict]:
     """With --gpu: the full MTP check on the GPU. Without: its CPU-side part (mode table from
-    this image's version vector), so the same script is exercised in every image test."""
+    this image's version vector), so the same script is exercised in every image test; it
+    runs none of the checks themselves, so its result is a skip (see settle)."""
     script = HERE / "gpu_check.py"
+    name = "gpu" if gpu else "gpu-check-cpu-part"
     if not script.is_file():
-        return [result("gpu", FAIL, "gpu_check.py missing from the image")]
-    argv = [sys.executable, str(script), "--version-vector", str(VECTOR)]
+        return [result(name, FAIL, "gpu_check.py missing from the image")]
+    argv = [sys.executable, str(script), "--version-vector", str(VECTOR), "--json"]
     if not gpu:
         argv.append("--cpu-only")
     proc = subprocess.run(argv, capture_output=True, text=True)
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    name = "gpu" if gpu else "gpu-check-cpu-part"
+    tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
     if proc.returncode == 77:
-        return [result(name, FAIL, "--gpu given but no CUDA device is visible: " + " | ".join(tail))]
-    detail = " | ".join(tail)
+        return [result(name, FAIL, "--gpu given but no CUDA device is visible: " + tail)]
+    report = _last_json(proc.stdout)
+    if report is None:
+        return [result(name, FAIL, f"exit {proc.returncode}, no report: {tail}")]
+    count = {s: sum(c["status"] == s for c in report["checks"]) for s in ("PASS", "FAIL", "SKIP")}
+    detail = f"mode {report['mode']}: {count['PASS']} pass, {count['FAIL']} fail, {count['SKIP']} skip"
     if not gpu:
-        detail = "GPU part skipped (no --gpu): " + detail
-    return [result(name, PASS if proc.returncode == 0 else FAIL, detail)]
+        detail += "; the GPU part runs with --gpu"
+    elif report.get("gpu_skipped"):
+        detail += f"; GPU part skipped: {report['gpu_skipped']}"
+    failed = [f"{c['name']}: {c['detail']}" for c in report["checks"] if c["status"] == "FAIL"]
+    if failed:
+        detail += "; " + "; ".join(failed)
+    status = PASS if proc.returncode == 0 else FAIL
+    return [result(name, status, detail, count["PASS"] + count["FAIL"])]
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
 
 
 # ------------------------------------------------------------------------------- entry points
@@ -532,6 +569,8 @@ def check_entrypoints(vector: dict) -> list[dict]:
                 if rc != 0:
                     detail += f": {last}"
             out.append(result(f"entry:{e['id']}", PASS if rc == 0 else FAIL, detail))
+    if not out:
+        out.append(result("entrypoints", SKIP, "no component declares entry checks"))
     return out
 
 
@@ -556,7 +595,7 @@ def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
             results.extend(fn())
         except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check
             results.append(result(gid, FAIL, f"check crashed: {type(exc).__name__}: {exc}"))
-    return results
+    return [settle(r) for r in results]
 
 
 def table(results: list[dict]) -> str:
