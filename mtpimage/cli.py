@@ -21,7 +21,7 @@ from .errors import (
 from .modelconfig import model_warnings
 from .plan import Plan, verl_facts
 from .planning import load_for, plan_for  # plan_for: tests and bench import it from here too
-from .report import print_check, print_plan
+from .report import print_checks, print_plan
 
 
 def image_of(plan: Plan, root) -> str:
@@ -173,8 +173,7 @@ def cmd_check(args) -> int:
             )
         )
     else:
-        for plan, res, _ in reports:
-            print_check(plan, res)
+        print_checks([(plan, res) for plan, res, _ in reports])
     if unfetched:
         what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
         print(

@@ -92,7 +92,9 @@ def base_preflight(plan: Plan) -> None:
         raise EnvironmentProblem(
             f"base image {base} is not present locally and its registry {host} cannot be reached "
             f"({exc.reason}) (fix: `docker pull` or `docker load` it on this machine, or "
-            "build where the registry is reachable; real profiles need their real CUDA base)"
+            "build where the registry is reachable; real profiles need their real CUDA base. "
+            "To try the stack on a machine that cannot reach it, build on a local stand-in "
+            "base: MTP_SUBSTITUTE_BASE, see docs/real-stack.md)"
         ) from None
 
 

@@ -156,6 +156,9 @@ class Plan:
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
     ext_max_jobs: int = field(default=2, compare=False)
+    # resolution.routes' links (package, link): evidence shown to people by check and explain,
+    # not what is built: outside the digest
+    route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     # -- views -------------------------------------------------------------
     def engine_dict(self) -> dict:
@@ -176,7 +179,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["ext_max_jobs"]
+        del d["ext_max_jobs"], d["route_links"]
         for key in ("cuda_archs", "routes"):  # absent when unused: older plans keep their digest
             if not d[key]:
                 del d[key]
@@ -380,5 +383,6 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
             for r in (cat.get("resolution") or {}).get("routes", [])
         ),
+        route_links=tuple((r["package"], r["link"]) for r in (cat.get("resolution") or {}).get("routes", [])),
         ext_max_jobs=(cat.get("builds") or {}).get("max_jobs", 2),
     )
