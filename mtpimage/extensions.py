@@ -104,6 +104,7 @@ def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
         "sha256": pkg.build.sha256,
         "env": filled_env(plan, pkg),
         "produces": list(pkg.build.produces),
+        "os_packages": list(plan.builder_os_packages),
     }
 
 

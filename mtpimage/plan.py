@@ -154,6 +154,8 @@ class Plan:
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
     cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
+    builds_against: str = "torch"  # builds.against: builder stages start after its layer
+    builder_os_packages: tuple[str, ...] = ()  # builds.os_packages (builder stages only)
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
     ext_max_jobs: int = field(default=2, compare=False)
     # resolution.routes' links (package, link): evidence shown to people by check and explain,
@@ -180,7 +182,9 @@ class Plan:
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["ext_max_jobs"], d["route_links"]
-        for key in ("cuda_archs", "routes"):  # absent when unused: older plans keep their digest
+        if not self.cuda_archs:
+            del d["builds_against"]
+        for key in ("cuda_archs", "routes", "builder_os_packages"):  # absent when unused
             if not d[key]:
                 del d[key]
         d["engine"] = self.engine_dict()
@@ -385,4 +389,8 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         ),
         route_links=tuple((r["package"], r["link"]) for r in (cat.get("resolution") or {}).get("routes", [])),
         ext_max_jobs=(cat.get("builds") or {}).get("max_jobs", 2),
+        builds_against=(cat.get("builds") or {}).get("against", "torch"),
+        builder_os_packages=tuple((cat.get("builds") or {}).get("os_packages", ["ccache"]))
+        if any(p.build for p in packages)
+        else (),
     )

@@ -366,14 +366,22 @@ def _tree(src: Path, prefix: str) -> dict[str, bytes]:
     return files
 
 
-def _torch_layer(plan: Plan, install_layers: list[dict]) -> str | None:
-    """The install layer that installs torch: builder stages start right after it."""
+PYTHON_LAYER = "python"  # builders start right after the venv when nothing is built against
+
+
+def _against_layer(plan: Plan, install_layers: list[dict]) -> str | None:
+    """The install layer that installs builds.against (torch): builder stages start right
+    after it. The python layer when the plan has no such package; None when it has one
+    that is not locked (nothing to build against by hash)."""
+    want = canonical(plan.builds_against)
     for layer in install_layers:
         for step in layer["steps"]:
             lines = step.get("text", "").splitlines() + list(step.get("requirements") or [])
-            if any(line.split("==")[0] == "torch" for line in lines):
+            if any(canonical(line.split("==")[0]) == want for line in lines):
                 return layer["name"]
-    return None
+    if any(canonical(p.name) == want for p in plan.packages):
+        return None
+    return PYTHON_LAYER
 
 
 def _builders(plan: Plan, images: Path, install_layers: list[dict]) -> tuple[list[dict], str | None]:
@@ -382,11 +390,11 @@ def _builders(plan: Plan, images: Path, install_layers: list[dict]) -> tuple[lis
     pkgs = extensions.built(plan)
     if not pkgs:
         return [], None
-    after = _torch_layer(plan, install_layers)
+    after = _against_layer(plan, install_layers)
     if after is None:
         raise UnpinnedPackage(
-            f"{', '.join(p.name for p in pkgs)}: compiled extensions need a locked torch to build "
-            "against (fix: `python build.py lock`)"
+            f"{', '.join(p.name for p in pkgs)}: compiled extensions need a locked "
+            f"{plan.builds_against} to build against (fix: `python build.py lock`)"
         )
     template = _env(images).get_template("partials/ext_build.j2")
     out = []

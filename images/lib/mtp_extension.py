@@ -140,7 +140,8 @@ def build(args) -> int:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    shown = " ".join(f"{k}={env[k]}" for k in sorted({s.partition("=")[0] for s in args.env}) | {"MAX_JOBS"})
+    names = sorted({s.partition("=")[0] for s in args.env} | {"MAX_JOBS"})
+    shown = " ".join(f"{k}={env[k]}" for k in names)
     print(f"mtp_extension: building {args.name} in {tree} with {shown}", flush=True)
     cmd = [
         sys.executable,
