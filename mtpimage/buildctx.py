@@ -148,12 +148,13 @@ def build_context(
     return deterministic_tar(rendered.files, extra)
 
 
-def write_context(rendered: Rendered, out: Path, progress=print) -> int:
+def write_context(rendered: Rendered, out: Path, progress=print, wheels: dict | None = None) -> int:
     """The full build context as a directory (`render --with-sources`): exactly the tar the
-    tool sends, so `docker build DIR` builds what the tool builds. The src/ and patches/
-    folders of the plan's components are replaced whole, so files of an earlier commit never
-    linger. Returns the number of files written."""
-    data = build_context(rendered, progress)
+    tool sends (with the compiled extensions' `wheels`, as the pipeline gets them), so
+    `docker build DIR` builds what the tool builds. The src/ and patches/ folders of the
+    plan's components are replaced whole, so files of an earlier commit never linger.
+    Returns the number of files written."""
+    data = build_context(rendered, progress, wheels=wheels)
     out = Path(out)
     for comp in rendered.plan.components:
         for owned in (out / "src" / comp.name, out / "patches" / comp.name):

@@ -72,9 +72,14 @@ def cmd_render(args) -> int:
     with_sources = getattr(args, "with_sources", False)
     if with_sources:
         from ..buildctx import write_context
+        from ..pipeline import extension_wheels
 
-        # progress goes to stderr: --json keeps stdout one JSON document
-        count = write_context(rendered, out, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        def say(msg: str) -> None:  # stderr: --json keeps stdout one JSON document
+            print(msg, file=sys.stderr, flush=True)
+
+        # compiled extensions come as a build gets them: the wheel cache, its share, or built
+        wheels = extension_wheels(plan, rendered, build_options(args), say)
+        count = write_context(rendered, out, progress=say, wheels=wheels)
     incomplete = not with_sources and any(c.source == "git" or c.patches for c in plan.components)
     if getattr(args, "json", False):
         print(
