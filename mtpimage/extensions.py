@@ -26,6 +26,7 @@ KEY_SCHEMA = "mtp-image-builder/extension-key/v1"
 STACK_STAGE = "mtp-torch"  # the stack right after the torch layer: where builders start
 CONTEXT_SRC = "ext-src"  # build context: ext-src/<name>/ (sdist file or git tree)
 CONTEXT_WHEELS = "build/ext-wheels"  # build context: the cached wheels the image installs
+BUILD_HELPER = "mtp_extension.py"  # images/lib/: what a builder stage runs
 
 
 def built(plan: Plan) -> list[Package]:

@@ -397,10 +397,13 @@ def _builders(plan: Plan, images: Path, install_layers: list[dict]) -> tuple[lis
             f"{plan.builds_against} to build against (fix: `python build.py lock`)"
         )
     template = _env(images).get_template("partials/ext_build.j2")
+    # what the stage runs is part of how the wheel is made: its key covers the helper too
+    helper = hashlib.sha256((images / "lib" / extensions.BUILD_HELPER).read_bytes()).hexdigest()
     out = []
     for pkg in pkgs:
         spec = extensions.builder_spec(plan, pkg, _index_url(plan, PYPI))
         spec["text"] = template.render(b=spec).rstrip("\n") + "\n"
+        spec["recipe"] = f"{spec['text']}# {extensions.BUILD_HELPER} sha256 {helper}\n"
         out.append(spec)
     return out, after
 
@@ -409,7 +412,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     images = Path(images or IMAGES_DIR)
     install_layers = _install_layers(plan)
     builders, builders_after = _builders(plan, images, install_layers)
-    recipes = {b["name"]: b["text"] for b in builders}
+    recipes = {b["name"]: b["recipe"] for b in builders}
     ext_entries = extensions.vector_entries(plan, recipes)
     template = _env(images).get_template("Dockerfile.j2")
     dockerfile = template.render(
@@ -449,7 +452,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         digest,
         identity,
         Path(manifests_root).resolve(),
-        builders=tuple((b["name"], b["text"]) for b in builders),
+        builders=tuple((b["name"], b["recipe"]) for b in builders),
         extensions=tuple(ext_entries),
     )
 

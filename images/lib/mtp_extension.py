@@ -114,6 +114,19 @@ def _ccache_stats() -> str:
     return proc.stdout.strip()
 
 
+def _cuda_wheel_paths(env: dict[str, str]) -> None:
+    """The headers of the CUDA libraries torch itself loads (the nvidia-* wheels it pins),
+    after the toolkit's: a devel base's own /usr/local/cuda/include comes first (torch passes
+    it with -I); a base with only nvcc and cudart (the local stand-in) still finds
+    cusparse.h and cublas headers, of exactly the versions the extension will run against."""
+    import sysconfig
+
+    site = Path(sysconfig.get_paths()["purelib"]) / "nvidia"
+    incs = sorted(str(p) for p in site.glob("*/include") if p.is_dir())
+    if incs:
+        env["CPATH"] = ":".join([x for x in [env.get("CPATH", "")] if x] + incs)
+
+
 def _wheel_modules(wheel: Path) -> set[str]:
     """Top-level and dotted names of the compiled modules in a wheel (`x.cpython-312-...so`)."""
     out = set()
@@ -131,6 +144,7 @@ def build(args) -> int:
     tree = _unpack(args.src, args.name, args.sha256)
     env = dict(os.environ)
     env.update(_ccache_env())
+    _cuda_wheel_paths(env)
     for spec in args.env:
         k, _, v = spec.partition("=")
         env[k] = v
