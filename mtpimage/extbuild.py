@@ -9,6 +9,7 @@ or a git tree from the one git fetcher (sources.py), so mirrors and credentials 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -115,10 +116,19 @@ def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print
     """Every compiled extension's wheel for this plan, by key: {name: CachedWheel}.
     `context_for(name)` makes the builder's context (buildctx.build_context) and
     `request_for(context_tar, target, out_dir, build_args)` runs one BuildKit build (the
-    pipeline passes its engine and options, so secrets and the builder are the same)."""
+    pipeline passes its engine and options, so secrets and the builder are the same) on the
+    host network: the builder reaches the compile cache this serves on loopback."""
+    with contextlib.ExitStack() as stack:
+        return _ensure(rendered, context_for, request_for, say, jobs, stack)
+
+
+def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack) -> dict:
+    from . import ccacheserver
+
     plan = rendered.plan
     cache = _cache()
     repo = share_repository()
+    remote: list[str] = []  # the compile cache's URL, served only while something compiles
     out: dict = {}
     for pkg, entry in zip(extensions.built(plan), rendered.extensions):
         key = entry["key"]
@@ -137,11 +147,12 @@ def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print
             f"compile {pkg.name:<16} {pkg.version} from {extensions.origin(pkg)} (key {key[:12]}, {jobs} jobs)"
         )
         context = context_for(pkg.name)
+        if not remote:
+            remote.append(stack.enter_context(ccacheserver.serve()))
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="mtp-ext-") as tmp:
-            request_for(
-                context, extensions.wheel_stage(pkg.name), Path(tmp), (("MTP_EXT_MAX_JOBS", str(jobs)),)
-            )
+            args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote[0]))
+            request_for(context, extensions.wheel_stage(pkg.name), Path(tmp), args)
             wheels = sorted(Path(tmp).glob("*.whl"))
             if len(wheels) != 1:
                 raise ExtensionBuildFailed(

@@ -150,6 +150,7 @@ def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say:
                 target=target,
                 output_dir=out_dir,
                 build_args=tuple(build_args),
+                network="host",  # the compile cache is served on the host's loopback
             )
         )
 

@@ -99,6 +99,12 @@ def _ccache_env() -> dict[str, str]:
     )
     if masq.is_dir():
         env["PATH"] = f"{masq}:{os.environ.get('PATH', '')}"
+    remote = os.environ.get("MTP_CCACHE_REMOTE", "").strip()
+    if remote:
+        # the tool's host-side cache: objects outlive this RUN and the daemon (ccache >= 4.8
+        # reads REMOTE, older ones SECONDARY)
+        env["CCACHE_REMOTE_STORAGE"] = remote
+        env["CCACHE_SECONDARY_STORAGE"] = remote
     return env
 
 
