@@ -5,6 +5,8 @@ What cannot be checked from this machine (a host git cannot resolve, an index th
 not answer, the base image's registry) is recorded as `verified: false` with the reason;
 anything that answered and said no (a commit missing upstream, a refused connection, a
 transfer cut off) fails the lock, and neither lock.yaml nor the source cache is changed.
+A package whose index does not answer fails it too (HashlessPackage): with no file there is
+no sha256, and the image never installs by version alone (rule hash-pinned).
 Two runs on one manifests directory serialise on a file lock (`exclusive`).
 """
 
@@ -295,6 +297,7 @@ class Locker:
         unverified: dict[str, str] = {}
         owner: dict[str, str] = {}  # canonical distribution -> component/package name
         versions: dict[str, str] = {}
+        hashless: list[tuple[str, str]] = []  # (name==version, index): no file, no sha256
         for p in plan.packages:
             requirements.append(p.requirement)
             owner[pydeps.canonical(p.name)] = p.name
@@ -303,35 +306,31 @@ class Locker:
                 stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist or ())}
                 continue
             if reach[p.index]:
-                if p.requires_dist is None:
-                    raise InputError(
-                        self.m.catalogue.where("packages", p.name),
-                        f"packages.{p.name}",
-                        f"index {p.index} is unreachable ({reach[p.index]}) and the package "
-                        "has no requires_dist",
-                        "add requires_dist (requires + source) from "
-                        "where its metadata is recorded, or lock where the index answers",
-                    )
-                stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist)}
-                unverified[p.name] = (
-                    f"index {p.index} ({indexes[p.index]}) unreachable: no file or sha256; "
-                    "Requires-Dist from components.yaml requires_dist"
-                )
+                # no file, so no sha256: the image would install it by version alone
+                hashless.append((f"{p.name}=={p.version}", p.index))
         for c in plan.components:
             extras = f"[{','.join(c.extras)}]" if c.extras else ""
             owner[pydeps.canonical(c.package)] = c.name
             if c.source == "pypi":
                 requirements.append(f"{c.package}{extras}=={c.version}")
                 if reach[c.index]:
-                    stubs[c.package] = {"version": c.version, "requires": []}
-                    unverified[c.package] = (
-                        f"index {c.index} unreachable ({reach[c.index]}): no file, sha256 or dependencies"
-                    )
+                    hashless.append((f"{c.package}=={c.version}", c.index))
                 continue
             version, stub = self._stub_for(plan, c)
             versions[c.package] = version
             requirements.append(f"{c.package}{extras}=={version}")
             stubs[c.package] = stub
+        if hashless:
+            raise HashlessPackage(
+                "lock failed, manifests/lock.yaml left unchanged: "
+                + "; ".join(
+                    f"{what} from index {idx} ({indexes[idx]}) would install without a sha256: "
+                    f"the index does not answer ({reach[idx]})"
+                    for what, idx in hashless
+                )
+                + " (fix: lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
+                "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
+            )
         # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
         # alone still resolves (offline, --no-index); anything that needs the index fails there.
         reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + [
@@ -484,6 +483,12 @@ class Locker:
                 self.unverified.append(line)
         self.sets[key] = doc
         return key
+
+
+class HashlessPackage(BuilderError):
+    """A package would be locked without a file and sha256 (its index does not answer): the
+    image would install it by version alone (rule hash-pinned), so lock refuses it. Built
+    packages are exempt: their source is pinned by hash instead."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@
 What cannot be checked from this machine (a host git cannot resolve, an index that does
 not answer, the base image's registry) is recorded as `verified: false` with the reason
 and listed at the end; `lock` still writes the file and exits 0 unless --require-verified.
+A package (not one the tool compiles) whose index does not answer is not recorded but fails
+the lock (exit 3): without its file's sha256 the image would install it by version alone.
 Anything that answered and said no (a commit missing upstream, a refused connection, a
 transfer cut off) fails the lock: the message names repository, commit and git's error,
 and neither lock.yaml nor the source cache is changed.
