@@ -418,7 +418,7 @@ class PrecisionPlan:
         return f"CP={self.cp} {dt} {at}"
 
 
-def precision_plan(cp: int, *, reference: bool = False) -> PrecisionPlan:
+def precision_plan(cp: int, *, reference: bool = False, te: bool = False) -> PrecisionPlan:
     """The dtype and attention backend of a training check at context-parallel size cp.
 
     CP=1: fp32 with megatron's local attention (no TransformerEngine needed), as always.
@@ -428,16 +428,19 @@ def precision_plan(cp: int, *, reference: bool = False) -> PrecisionPlan:
     product attention backend is available" (seen on 2xH200, TE 2.12.0, cuDNN 9.19).
     reference=True: the CP=1 run a CP>1 check compares against, in the CP>1 run's precision
     and attention (bf16, TE) so that the comparison sees context parallelism, not dtype.
+    te=True (--transformer-impl transformer_engine): CP=1 too runs TransformerEngine layers,
+    in bf16, as a training job with Megatron's default transformer implementation does.
     """
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise ValueError(f"context parallel size must be an integer >= 1, got {cp!r}")
-    if cp == 1 and not reference:
+    if cp == 1 and not reference and not te:
         return PrecisionPlan(1, "float32", ATTN_LOCAL, "CP=1: fp32, megatron's local attention")
-    why = (
-        "CP=1 reference for a CP>1 check: same precision and attention as the CP>1 run"
-        if cp == 1
-        else "CP>1 needs TransformerEngine attention, which has no fp32 context-parallel backend"
-    )
+    if cp == 1 and not reference:
+        why = "CP=1 with TransformerEngine layers (--transformer-impl transformer_engine), bf16"
+    elif cp == 1:
+        why = "CP=1 reference for a CP>1 check: same precision and attention as the CP>1 run"
+    else:
+        why = "CP>1 needs TransformerEngine attention, which has no fp32 context-parallel backend"
     return PrecisionPlan(cp, "bfloat16", ATTN_TE, why)
 
 
@@ -937,7 +940,7 @@ class Runner:
     def run_training_check(self, spec: CheckSpec) -> CheckResult:
         torch = self.torch
         sem = spec.semantics
-        plan = precision_plan(spec.cp)
+        plan = precision_plan(spec.cp, te=self.args.transformer_impl == "transformer_engine")
         if plan.needs_te:
             if self.cpu_debug:
                 return CheckResult(
@@ -1315,6 +1318,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"version vector JSON (keys mode, engine); read when --mode is absent (default {DEFAULT_VERSION_VECTOR})",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument(
+        "--transformer-impl",
+        choices=["local", "transformer_engine"],
+        default="local",
+        help="CP=1 model layers: megatron's local spec in fp32 (default; needs no TransformerEngine) "
+        "or TransformerEngine's in bf16 (CP>1 always uses TransformerEngine)",
+    )
     ap.add_argument("--cpu-only", action="store_true", help="CPU-side logic only; skip the GPU part, exit 0")
     ap.add_argument(
         "--inject-broken-detach",

@@ -544,3 +544,15 @@ def test_mtp_tracker_helpers_before_anything_was_tracked():
     for tracker in ({}, {"reduce_group": None, "avg_group": None}, None):
         gc.zero_mtp_tracker(tracker)
         assert gc.mtp_tracker_loss(tracker) is None
+
+
+def test_transformer_engine_at_cp1_uses_te_layers_in_bf16():
+    # --transformer-impl transformer_engine: CP=1 runs TE layers (bf16), as Megatron's default
+    # transformer implementation trains; the default CP=1 path stays fp32 local attention
+    te = gc.precision_plan(1, te=True)
+    assert (te.cp, te.dtype, te.needs_te) == (1, "bfloat16", True)
+    assert not gc.precision_plan(1).needs_te
+    assert (
+        gc.parse_args(["--transformer-impl", "transformer_engine"]).transformer_impl == "transformer_engine"
+    )
+    assert gc.parse_args([]).transformer_impl == "local"
