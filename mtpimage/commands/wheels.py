@@ -4,6 +4,7 @@
   python build.py wheels push --registry HOST[:PORT]/NAMESPACE [KEY ...] [--json]   (all when none)
   python build.py wheels pull --registry HOST[:PORT]/NAMESPACE KEY ... [--json]
   python build.py wheels remove KEY ...
+  python build.py wheels add --profile P --package NAME --sha256 HEX FILE.whl
 KEY may be a unique prefix (8+ hex digits) of a key, as `list` prints it. The registry
 repository is NAMESPACE/ext-wheels, one tag per key.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 from ..errors import EXIT_ENV, EXIT_INPUT, InputError
 
@@ -44,6 +46,22 @@ def register(subparsers, add_common) -> None:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         sp.set_defaults(func=cmd_push if name == "push" else cmd_pull)
 
+    sp = subs.add_parser(
+        "add",
+        help="take a wheel a site built into the cache, by sha256, under the plan's key",
+        description="Check FILE.whl (its sha256 is HEX; it is PACKAGE at the plan's version, for its "
+        "Python, with every compiled module the package produces) and file it under the key the "
+        "profile's build looks up, so the next build installs it instead of compiling.",
+    )
+    add_common(sp)
+    sp.add_argument("--profile", required=True, metavar="P")
+    sp.add_argument("--package", required=True, metavar="NAME", help="a package the profile compiles")
+    sp.add_argument(
+        "--sha256", required=True, metavar="HEX", help="the wheel's sha256, as the site pinned it"
+    )
+    sp.add_argument("wheel", type=Path, metavar="FILE.whl")
+    sp.set_defaults(func=cmd_add)
+
     sp = subs.add_parser("remove", help="remove cache entries (a corrupt one, or to rebuild it)")
     sp.add_argument("keys", nargs="+", metavar="KEY")
     sp.set_defaults(func=cmd_remove)
@@ -67,7 +85,13 @@ def _row(entry) -> dict:
         "filename": entry.filename,
         "sha256": entry.sha256,
         "size": entry.size,
-        "built_by": entry.meta.get("built_by") or entry.meta.get("pulled_from") or "?",
+        "built_by": entry.meta.get("built_by")
+        or entry.meta.get("pulled_from")
+        or (
+            f"site ({entry.meta.get('original_filename')})"
+            if entry.meta.get("provided_by") == "site"
+            else "?"
+        ),
         "path": str(entry.path),
     }
 
@@ -193,4 +217,24 @@ def cmd_remove(args) -> int:
     for key in [cache.resolve(k) for k in args.keys]:
         cache.remove(key)
         print(f"removed {key}")
+    return 0
+
+
+def cmd_add(args) -> int:
+    from ..planning import load_for, plan_for, substitutions_of
+    from ..sitewheel import add
+
+    m = load_for(args)
+    # the same plan a build of this profile makes (substitutions included): the same key
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    entry, added = add(m, plan, args.package, args.wheel, args.sha256)
+    if getattr(args, "json", False):
+        print(json.dumps({"added": added, **_row(entry)}, indent=2))
+    elif added:
+        print(
+            f"added {entry.key[:KEY_WIDTH]}  {entry.filename}  sha256 {entry.sha256[:KEY_WIDTH]}: "
+            f"builds of {plan.profile} install it instead of compiling {args.package}"
+        )
+    else:
+        print(f"already there {entry.key[:KEY_WIDTH]}  {entry.filename}  sha256 {entry.sha256[:KEY_WIDTH]}")
     return 0
