@@ -12,7 +12,7 @@ import sys
 
 # A remembered no-op answers here, before anything else is imported or looked for
 # (mtpimage/fastpath.py: standard library only; any changed input misses).
-from mtpimage import fastpath
+from mtpimage import fastpath, settings
 
 _reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
 if _reply is not None:
@@ -68,7 +68,7 @@ def _reexec(python: Path) -> None:
 
 def _bootstrap() -> None:
     python = VENV / "bin" / "python"
-    if Path(sys.prefix).resolve() == VENV.resolve() or os.environ.get("MTP_NO_BOOTSTRAP"):
+    if Path(sys.prefix).resolve() == VENV.resolve() or settings.current().no_bootstrap:
         print("error: missing Python dependencies; run: pip install -r requirements.txt", file=sys.stderr)
         sys.exit(3)
     missing = _missing_pins() if python.exists() else ["(no .venv/ yet)"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from . import rules
+from . import rules, settings
 from .errors import (
     EXIT_ENV,
     EXIT_INPUT,
@@ -20,7 +19,11 @@ from .errors import (
 )
 from .modelconfig import model_warnings
 from .plan import Plan, verl_facts
-from .planning import load_for, plan_for  # plan_for: tests and bench import it from here too
+from .planning import (  # plan_for: tests and bench import it from here too
+    load_for,
+    plan_for,
+    substitutions_of,
+)
 from .report import print_checks, print_plan
 
 
@@ -30,7 +33,7 @@ def image_of(plan: Plan, root) -> str:
     return _image_of(plan, root)
 
 
-DEFAULT_PROFILE = "mtp-detach"
+DEFAULT_PROFILE = settings.DEFAULT_PROFILE
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -58,6 +61,21 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
         help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)",
     )
     p.add_argument("--json", action="store_true", default=d if sub else False, help="machine-readable output")
+    # The substitutions change the plan and so the identity: flags of their own, each with its
+    # MTP_* variable as the fallback (substitute.py).
+    p.add_argument(
+        "--substitute-base",
+        metavar="NAME:TAG@sha256:...",
+        default=d,
+        help="build on this local stand-in base instead of the profile's (recorded in the identity; "
+        "default: $MTP_SUBSTITUTE_BASE)",
+    )
+    p.add_argument(
+        "--omit-packages",
+        metavar="NAME[,NAME...]",
+        default=d,
+        help="leave these pinned packages out (recorded in the identity; default: $MTP_OMIT_PACKAGES)",
+    )
 
 
 CONSOLE_COMMAND = "mtp-image-builder"  # pyproject.toml [project.scripts]
@@ -126,7 +144,7 @@ def cmd_list(args) -> int:
     m = load_for(args)
     rows = []
     for name in m.names():
-        plan = plan_for(m, name, getattr(args, "sets", None))
+        plan = plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args))
         rows.append(
             {
                 "name": name,
@@ -152,7 +170,7 @@ def cmd_check(args) -> int:
 
     m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
-    plans = [plan_for(m, name, getattr(args, "sets", None)) for name in names]
+    plans = [plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)) for name in names]
     reports = evaluate_plans(plans, m.root, args.probe_sources)
     unfetched = {c: why for _, _, missing in reports for c, why in missing.items()}
     failed = any(rules.errors(res) for _, res, _ in reports)
@@ -190,7 +208,7 @@ def cmd_check(args) -> int:
 
 def cmd_explain(args) -> int:
     m = load_for(args)
-    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     if args.target not in plan.targets:
         raise InputError(
             "--target",
@@ -253,7 +271,7 @@ def cmd_explain(args) -> int:
 def cmd_main(args) -> int:
     m = load_for(args)
     name = args.profile or DEFAULT_PROFILE
-    plan = plan_for(m, name, args.sets)
+    plan = plan_for(m, name, args.sets, **substitutions_of(args))
     results = rules.evaluate(plan)
     if args.json:
         print(
@@ -308,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _internal_error(exc: Exception) -> int:
     """Never a traceback for users; MTP_DEBUG=1 shows it."""
-    if os.environ.get("MTP_DEBUG"):
+    if settings.current().debug:
         raise exc
     print(
         f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",

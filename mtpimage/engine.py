@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from . import settings
 from .errors import BuilderError, EnvironmentProblem, InputError
 
 
@@ -40,7 +41,7 @@ class BuildKitCLI:
 
 def candidates() -> list[str]:
     found: list[str] = []
-    explicit = os.environ.get("MTP_DOCKER_CLI") or os.environ.get("MTP_DOCKER_BUILDKIT_CLI")
+    explicit = settings.current().docker_cli
     paths = [explicit] if explicit else []
     paths += [shutil.which("docker") or "", "/usr/bin/docker", "/usr/local/bin/docker"]
     for p in paths:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import extensions, netpolicy
+from . import extensions, netpolicy, settings
 from .errors import EnvironmentProblem
 from .plan import Package
 from .render import Rendered
@@ -104,12 +104,11 @@ def _cache():
 def share_repository() -> str | None:
     """Where compiled wheels are shared (MTP_WHEEL_CACHE_REPO, HOST[:PORT]/NS/NAME): pulled
     on a local miss, pushed after a build. None: this machine's cache only."""
-    return os.environ.get("MTP_WHEEL_CACHE_REPO") or None
+    return settings.current().wheel_cache_repo
 
 
 def max_jobs(plan_default: int) -> int:
-    raw = os.environ.get("MTP_EXT_MAX_JOBS")
-    return int(raw) if raw and raw.isdigit() and int(raw) > 0 else plan_default
+    return settings.current().ext_max_jobs or plan_default
 
 
 def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print, jobs: int = 2) -> dict:

@@ -31,25 +31,34 @@ import socket
 import sys
 from pathlib import Path
 
-from . import locations
+from . import locations, settings
+from .settings import DEFAULT_PROFILE, IMAGE_REPOSITORY
 
 FORMAT = 1  # part of the key: a new memo layout never reads an old one
-IMAGE_REPOSITORY = "mtp-verl"  # plan.IMAGE_REPOSITORY; tests/unit/test_fastpath.py checks they agree
-# The options a remembered run may have (each takes one value). The last three only say how
-# a build would run (a BuildKit secret, the progress format), not what it builds; they are in
-# the key all the same.
-OPTIONS = ("--profile", "--manifests", "--set", "--ca-bundle", "--netrc", "--progress", "--summary-file")
+# The options a remembered run may have (each takes one value). --ca-bundle, --netrc and
+# --progress only say how a build would run (a BuildKit secret, the progress format), not
+# what it builds; they are in the key all the same.
+OPTIONS = (
+    "--profile",
+    "--manifests",
+    "--set",
+    "--substitute-base",
+    "--omit-packages",
+    "--ca-bundle",
+    "--netrc",
+    "--progress",
+    "--summary-file",
+)
 # Accepted but not part of the key: where the run writes its JSON summary (pipeline.run).
 UNKEYED = ("--summary-file",)
-DEFAULT_PROFILE = "mtp-detach"  # cli.DEFAULT_PROFILE; checked by the same test
 
 
 def enabled() -> bool:
-    return os.environ.get("MTP_FASTPATH", "1") != "0"
+    return settings.current().fastpath
 
 
 def _trace(msg: str) -> None:
-    if os.environ.get("MTP_FASTPATH_TRACE"):
+    if settings.current().fastpath_trace:
         print(f"fastpath: {msg}", file=sys.stderr)
 
 
@@ -117,9 +126,8 @@ def key(opts: dict, cwd: Path | None = None) -> str:
                 "python": sys.version,
                 "exe": sys.executable,
                 "env": sorted(
-                    (k, v)
-                    for k, v in os.environ.items()
-                    if k.startswith(("MTP_", "DOCKER_")) and k != "MTP_FASTPATH_TRACE"
+                    settings.current().key_environment()
+                    + [(k, v) for k, v in os.environ.items() if k.startswith("DOCKER_")]
                 ),
                 "manifests": str(manifests.resolve()),
                 "dists": _distributions(),
@@ -137,10 +145,7 @@ def key(opts: dict, cwd: Path | None = None) -> str:
 
 
 def memo_dir() -> Path:
-    base = os.environ.get("MTP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-image-builder"
-    )
-    return Path(base) / "noop"
+    return settings.current().cache_root / "noop"
 
 
 # ----------------------------------------------------------------------------- dockerd

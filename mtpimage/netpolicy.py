@@ -3,7 +3,7 @@ one call may take. Git fetches (sources.py), index probes and page reads (pydeps
 resolver.py) and image pushes (publish.py) all retry through `retrying()`; the tools that
 retry on their own get the same number (pip's --retries, uv's UV_HTTP_RETRIES).
 
-Environment (read at each call, so a test or a CI step can change it):
+Environment (settings.py reads it; asked at each call, so a test or a CI step can change it):
     MTP_NET_RETRIES       attempts per network step, first one included (default 3)
     MTP_NET_BACKOFF_MAX   longest wait between attempts, seconds (default 8); waits grow
                           exponentially from 0.5 s up to it
@@ -14,8 +14,9 @@ What is transient is the caller's to say (a refused push is not, a cut connectio
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+
+from . import settings
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_MAX = 8.0
@@ -25,19 +26,19 @@ WAIT_MULTIPLIER = 0.5
 
 
 def attempts() -> int:
-    return max(1, int(os.environ.get("MTP_NET_RETRIES", str(DEFAULT_ATTEMPTS))))
+    return max(1, int(settings.current().get("MTP_NET_RETRIES") or DEFAULT_ATTEMPTS))
 
 
 def wait_max() -> float:
-    return float(os.environ.get("MTP_NET_BACKOFF_MAX", str(DEFAULT_WAIT_MAX)))
+    return settings.current().number("MTP_NET_BACKOFF_MAX", DEFAULT_WAIT_MAX)
 
 
 def http_timeout() -> float:
-    return float(os.environ.get("MTP_HTTP_TIMEOUT", str(DEFAULT_HTTP_TIMEOUT)))
+    return settings.current().number("MTP_HTTP_TIMEOUT", DEFAULT_HTTP_TIMEOUT)
 
 
 def git_timeout() -> float:
-    return float(os.environ.get("MTP_GIT_TIMEOUT", str(DEFAULT_GIT_TIMEOUT)))
+    return settings.current().number("MTP_GIT_TIMEOUT", DEFAULT_GIT_TIMEOUT)
 
 
 def retrying(transient: Callable[[BaseException], bool], before_sleep=None):

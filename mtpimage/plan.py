@@ -13,9 +13,9 @@ from typing import Any
 
 from .manifest import Manifests, ResolvedProfile
 from .modes import mode_overrides, verl_facts
+from .settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
 
 PLAN_SCHEMA = "mtp-image-builder/plan/v1"
-IMAGE_REPOSITORY = "mtp-verl"
 MODE_LAYER = "mode"
 OS_LAYER = "os"
 

@@ -24,12 +24,30 @@ def load_for(args) -> manifest.Manifests:
     return load(getattr(args, "manifests", None))
 
 
-def plan_for(m: manifest.Manifests, name: str, sets) -> Plan:
+def plan_for(
+    m: manifest.Manifests,
+    name: str,
+    sets,
+    base: str | None = None,
+    omit: tuple[str, ...] | None = None,
+) -> Plan:
     """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
-    matches it: they are part of what the image is, so of its identity too."""
+    matches it: they are part of what the image is, so of its identity too. `base` and
+    `omit` are the substitutions' flags (None: their MTP_* variables; see substitute.py)."""
     from .lockfile import locked_requirements
     from .substitute import apply as substitute
 
     plan = build_plan(m, manifest.resolve_profile(m, name, sets))
     locked = locked_requirements(m, plan)
-    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan)
+    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan, base, omit)
+
+
+def substitutions_of(args) -> dict:
+    """A parsed command line's --substitute-base and --omit-packages, as plan_for's keywords."""
+    from .settings import split_list
+
+    omit = getattr(args, "omit_packages", None)
+    return {
+        "base": getattr(args, "substitute_base", None),
+        "omit": None if omit is None else split_list(omit),
+    }

@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import netpolicy
+from . import netpolicy, settings
 from .errors import EnvironmentProblem
 from .sources import cache_root
 
@@ -50,17 +50,16 @@ def rewrite(url: str) -> str:
     """Index mirrors, the pip counterpart of git's url.insteadOf: MTP_INDEX_REWRITE holds
     `FROM=TO` pairs separated by whitespace or ';' (longest FROM wins). The lock keeps the
     manifests' URL; only the network calls go to the mirror."""
-    pairs = [
-        p.split("=", 1) for p in re.split(r"[;\s]+", os.environ.get("MTP_INDEX_REWRITE", "")) if "=" in p
-    ]
-    for frm, to in sorted(pairs, key=lambda p: -len(p[0])):
+    for frm, to in sorted(settings.current().index_rewrite, key=lambda p: -len(p[0])):
         if url.startswith(frm):
             return to + url[len(frm) :]
     return url
 
 
 def ca_bundle() -> str | None:
-    for var in ("MTP_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+    if settings.current().ca_bundle:
+        return settings.current().ca_bundle
+    for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
         if os.environ.get(var):
             return os.environ[var]
     return None

@@ -34,7 +34,7 @@ from pathlib import Path
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from . import netpolicy, pydeps
+from . import netpolicy, pydeps, settings
 from .errors import EnvironmentProblem
 from .sources import cache_root
 
@@ -228,7 +228,7 @@ def resolve(
         # Warm caches first: uv answers from its cache alone (--offline) when these exact inputs
         # were resolved online here before (the marker); anything missing, or
         # MTP_LOCK_REFRESH=1, asks the indexes again.
-        offline = os.environ.get("MTP_LOCK_REFRESH") != "1" and bool(index_urls) and marker.is_file()
+        offline = not settings.current().lock_refresh and bool(index_urls) and marker.is_file()
         proc = None
         for _ in range(64):  # each round names at least one more undated package; bounded anyway
             proc = subprocess.run(

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import netpolicy
+from . import netpolicy, settings
 from .errors import EnvironmentProblem
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -75,11 +75,8 @@ def mirror_fix(repo: str, stderr: str) -> str | None:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("MTP_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mtp-image-builder"
+    """The one cache root (settings.py decides it: MTP_CACHE_DIR, else the XDG cache)."""
+    return settings.current().cache_root
 
 
 class GitError(EnvironmentProblem):
@@ -198,7 +195,7 @@ def missing_paths(tree: Path) -> list[str]:
 
 
 def _allow_missing() -> bool:
-    return os.environ.get("MTP_GIT_ALLOW_MISSING_BLOBS", "") == "1"
+    return settings.current().git_allow_missing_blobs
 
 
 def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:

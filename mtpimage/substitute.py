@@ -3,8 +3,11 @@
 A site (or this project's real-stack build) that cannot pull the real base image or reach
 verl's wheelhouse may still build every other part of a profile for real:
 
-    MTP_SUBSTITUTE_BASE=NAME:TAG@sha256:...   build on this base instead of platform.base_image
-    MTP_OMIT_PACKAGES=transformer-engine,flash-attn,apex   leave these pinned packages out
+    --substitute-base NAME:TAG@sha256:...   build on this base instead of platform.base_image
+    --omit-packages transformer-engine,flash-attn,apex   leave these pinned packages out
+
+Each flag has its variable (MTP_SUBSTITUTE_BASE, MTP_OMIT_PACKAGES, read by settings.py),
+used when the flag is not given, so scripts that set them keep working.
 
 The Plan keeps the manifests' pins and the lock (so --frozen still holds), carries each
 substitution in `substitutions`, and so in its digest, the image identity, the version
@@ -14,28 +17,28 @@ vector and a label: a substituted image can never pass for the real one.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
+from . import settings
 from .errors import InputError
 from .plan import Plan
 
 _DIGESTED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$")
 
 
-def apply(plan: Plan, base: str | None = None, omit: list[str] | None = None) -> Plan:
-    base = base if base is not None else os.environ.get("MTP_SUBSTITUTE_BASE", "")
-    omit = (
-        omit
-        if omit is not None
-        else [x for x in re.split(r"[,\s]+", os.environ.get("MTP_OMIT_PACKAGES", "")) if x]
-    )
+def apply(plan: Plan, base: str | None = None, omit: tuple[str, ...] | list[str] | None = None) -> Plan:
+    """`plan` with the substitutions recorded in it. None: the variable's value (a flag, when
+    given, wins; the error names whichever said it)."""
+    base_from = "--substitute-base" if base is not None else "MTP_SUBSTITUTE_BASE"
+    omit_from = "--omit-packages" if omit is not None else "MTP_OMIT_PACKAGES"
+    base = base if base is not None else settings.current().substitute_base
+    omit = list(omit if omit is not None else settings.current().omit_packages)
     subs: list[tuple[str, str]] = []
     changes: dict = {}
     if base:
         if not _DIGESTED.match(base):
             raise InputError(
-                "MTP_SUBSTITUTE_BASE",
+                base_from,
                 None,
                 f"{base!r} is not NAME:TAG@sha256:<64 hex>",
                 "pin the substitute base by digest (push it to a registry to get one)",
@@ -47,7 +50,7 @@ def apply(plan: Plan, base: str | None = None, omit: list[str] | None = None) ->
         unknown = sorted(set(omit) - names)
         if unknown:
             raise InputError(
-                "MTP_OMIT_PACKAGES",
+                omit_from,
                 None,
                 f"not a package of {plan.profile}: {', '.join(unknown)}",
                 f"use some of: {', '.join(sorted(names))}",

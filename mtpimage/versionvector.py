@@ -161,8 +161,10 @@ def project_url() -> str | None:
     repository, else an https `origin` remote; None when none is known (no label then)."""
     import os
 
-    if os.environ.get("MTP_PROJECT_URL"):
-        return os.environ["MTP_PROJECT_URL"]
+    from . import settings
+
+    if settings.current().project_url:
+        return settings.current().project_url
     if os.environ.get("GITHUB_SERVER_URL") and os.environ.get("GITHUB_REPOSITORY"):
         return f"{os.environ['GITHUB_SERVER_URL']}/{os.environ['GITHUB_REPOSITORY']}"
     origin = _git("config", "--get", "remote.origin.url") or ""

@@ -119,11 +119,11 @@ def cmd_ci(args) -> int:
 
 
 # -- diff ------------------------------------------------------------------------------------
-def _side(m, ref: str, sets) -> vvdiff.Side:
-    from ..planning import plan_for
+def _side(m, ref: str, sets, args=None) -> vvdiff.Side:
+    from ..planning import plan_for, substitutions_of
 
     if ref in m.profiles:
-        return vvdiff.side_from_plan(plan_for(m, ref, sets))
+        return vvdiff.side_from_plan(plan_for(m, ref, sets, **substitutions_of(args)))
     if sets:
         raise InputError(
             "--set",
@@ -146,8 +146,8 @@ def _side(m, ref: str, sets) -> vvdiff.Side:
 
 def cmd_diff(args) -> int:
     m = manifest.load(getattr(args, "manifests", None))
-    a = _side(m, args.a, args.sets_a)
-    b = _side(m, args.b, getattr(args, "sets", None))
+    a = _side(m, args.a, args.sets_a, args)
+    b = _side(m, args.b, getattr(args, "sets", None), args)
     changes = vvdiff.diff_vectors(a.vector, b.vector)
     if getattr(args, "json", False):
         print(json.dumps(vvdiff.to_json(a, b, changes), indent=2, sort_keys=True))

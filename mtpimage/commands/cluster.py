@@ -9,11 +9,11 @@ from ..plan import IMAGE_REPOSITORY
 
 def cmd_export(args) -> int:
     from ..export import export_enroot
-    from ..planning import load_for, plan_for
+    from ..planning import load_for, plan_for, substitutions_of
     from ..render import render
 
     m = load_for(args)
-    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     image = args.image or f"{IMAGE_REPOSITORY}:{render(plan, m.root).identity}"
     out = args.out or Path("out") / f"{image.split('/')[-1].replace(':', '+')}.sqsh"
     sqsh, vector = export_enroot(image, out)

@@ -18,7 +18,7 @@ from .. import publish
 from ..errors import InputError
 from ..pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
 from ..plan import IMAGE_REPOSITORY
-from ..planning import load_for, plan_for
+from ..planning import load_for, plan_for, substitutions_of
 from ..registry import Registry
 from ..render import render
 
@@ -65,7 +65,7 @@ def main_job(args, manifests, plan) -> MainJob:
 # ----------------------------------------------------------------------------- commands
 def cmd_render(args) -> int:
     m = load_for(args)
-    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     rendered = render(plan, m.root)
     out = Path(args.out) if args.out else Path("out") / plan.profile
     count = len(rendered.write(out))
@@ -109,7 +109,7 @@ def cmd_render(args) -> int:
 
 def cmd_test(args) -> int:
     m = load_for(args)
-    plan = plan_for(m, args.profile, getattr(args, "sets", None))
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     image = args.image
     if image is None:
         rendered = render(plan, m.root)

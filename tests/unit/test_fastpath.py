@@ -222,6 +222,7 @@ def test_not_remembered_when_the_profile_tag_is_elsewhere(world):
 def test_constants_agree_with_the_tool():
     assert fastpath.IMAGE_REPOSITORY == plan.IMAGE_REPOSITORY
     assert fastpath.DEFAULT_PROFILE == cli.DEFAULT_PROFILE
+    assert "MTP_" not in fastpath.__doc__.split("What the key covers")[0]  # read only by settings.py
     parser = cli.make_parser()
     for option in fastpath.OPTIONS:
         assert any(option in a.option_strings for a in parser._actions), option

@@ -125,3 +125,44 @@ def test_only_sources_runs_git_fetch_or_clone():
             assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), (
                 f"{path.name}:{node.lineno} runs git to fetch: use sources.fetch"
             )
+
+
+# ----------------------------------------------------------------------------- settings
+REPO = PACKAGE.parent
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _reads_mtp_variable(tree: ast.Module) -> list[int]:
+    """Lines that read an MTP_* variable: os.environ[...] / .get / os.getenv with an MTP_
+    name, or any use of the bare "MTP_" prefix (a scan of the environment)."""
+    lines = []
+    for node in ast.walk(tree):
+        consts: list[ast.expr] = []
+        if isinstance(node, ast.Subscript) and "environ" in ast.unparse(node.value):
+            consts = [node.slice]
+        elif isinstance(node, ast.Call) and any(
+            w in ast.unparse(node.func) for w in ("environ.get", "getenv", "environ.setdefault")
+        ):
+            consts = node.args[:1]
+        elif isinstance(node, ast.Constant) and node.value == "MTP_":
+            lines.append(node.lineno)
+        for c in consts:
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("MTP_"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_settings_module_reads_mtp_variables():
+    for path in [*PACKAGE.rglob("*.py"), REPO / "build.py"]:
+        if path.name == "settings.py" and path.parent == PACKAGE:
+            continue
+        lines = _reads_mtp_variable(_tree(path))
+        assert not lines, f"{path.relative_to(REPO)}:{lines} reads MTP_*: add it to settings.VARIABLES"
+
+
+def test_the_settings_rule_sees_a_read():
+    tree = ast.parse('import os\nos.environ.get("MTP_X")\nos.environ["MTP_Y"]\nk.startswith("MTP_")\n')
+    assert _reads_mtp_variable(tree) == [2, 3, 4]
