@@ -1,6 +1,6 @@
 """Export a tested image as an enroot/pyxis squashfs, with its version vector beside it.
 
-`docker export` streams the container filesystem into GNU tar (root keeps owners and
+The engine (engine.py; `docker export`) streams the container filesystem into GNU tar (root keeps owners and
 modes), then mksquashfs (Debian's squashfs-tools) packs it with fixed timestamps so the
 same image gives the same bytes.
 """
@@ -12,9 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import docker
-from docker.errors import DockerException, ImageNotFound
-
+from . import engine
 from .errors import EnvironmentProblem, InputError
 from .versionvector import VECTOR_PATH
 
@@ -29,21 +27,15 @@ def _need(tool: str) -> str:
 def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
     """Write OUT (squashfs) and OUT.version.json; return both paths."""
     mksquashfs, tar = _need("mksquashfs"), _need("tar")
-    try:
-        client = docker.from_env(timeout=600)
-        client.images.get(image)
-    except ImageNotFound:
+    eng = engine.current()
+    if eng.image_id(image) is None:
         raise InputError(
             "--image", image, "image not found locally", "build it first: python build.py --profile NAME"
-        ) from None
-    except DockerException as exc:
-        from .engine import unreachable
-
-        raise unreachable(str(exc)) or EnvironmentProblem(f"docker does not answer: {exc}") from None
+        )
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     vector_out = out.with_name(out.name + ".version.json")
-    container = client.containers.create(image, command=["true"])
+    container = eng.create(image, ["true"])
     try:
         with tempfile.TemporaryDirectory(prefix="mtp-export-") as tmp:
             root = Path(tmp) / "rootfs"
@@ -52,7 +44,7 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
                 [tar, "-x", "-C", str(root), "--numeric-owner"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
             )
             try:
-                for chunk in container.export():
+                for chunk in eng.export(container):
                     untar.stdin.write(chunk)
             finally:
                 untar.stdin.close()
@@ -92,5 +84,5 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
             shutil.copyfile(vector, vector_out)
             partial.replace(out)  # never a half-written squashfs under the final name
     finally:
-        container.remove(force=True)
+        eng.remove(container)
     return out, vector_out

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
 from . import locations, settings
+from .dockersocket import quick_image_id as image_id  # the engine seam's stdlib corner
 from .settings import DEFAULT_PROFILE, IMAGE_REPOSITORY
 
 FORMAT = 1  # part of the key: a new memo layout never reads an old one
@@ -146,43 +146,6 @@ def key(opts: dict, cwd: Path | None = None) -> str:
 
 def memo_dir() -> Path:
     return settings.current().cache_root / "noop"
-
-
-# ----------------------------------------------------------------------------- dockerd
-def _socket_path() -> str | None:
-    """The engine's unix socket when that is unambiguous; None = let the full path ask."""
-    if os.environ.get("DOCKER_CONTEXT"):
-        return None
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    return host[len("unix://") :] if host.startswith("unix://") else None
-
-
-def image_id(ref: str, timeout: float = 5.0) -> str | None:
-    """The ID of a local image through the Docker Engine API (GET /images/{ref}/json);
-    None when it does not exist or the engine cannot be asked."""
-    path = _socket_path()
-    if path is None:
-        return None
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            s.sendall(f"GET /images/{ref}/json HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            chunks = []
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-    except OSError:
-        return None
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    if not head.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")):
-        return None
-    try:
-        return json.loads(body).get("Id")
-    except ValueError:
-        return None
 
 
 # ----------------------------------------------------------------------------- the memo

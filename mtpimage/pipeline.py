@@ -107,8 +107,8 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
     t0 = time.monotonic()
     wheels = extension_wheels(plan, rendered, options, say)
     context = build_context(rendered, progress=say, wheels=wheels)
-    kit = engine.detect()
-    say(f"build   {rendered.identity} with {kit.describe()}")
+    eng = engine.current()
+    say(f"build   {rendered.identity} with {eng.describe()}")
     req = engine.BuildRequest(
         context_tar=context,
         labels={**identity_labels(rendered.identity), **extension_labels(wheels)},
@@ -120,7 +120,7 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
         cache_from=options.cache_from,
         cache_to=options.cache_to,
     )
-    image_id = engine.build(req)
+    image_id = eng.build(req)
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
     sizes.after_build(plan, image_id, say)
     return image_id
@@ -139,7 +139,7 @@ def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say:
         return build_context(rendered, progress=say, only_extension=name)
 
     def request_for(context: bytes, target: str, out_dir: Path, build_args) -> None:
-        engine.build(
+        engine.current().build(
             engine.BuildRequest(
                 context_tar=context,
                 labels={},

@@ -23,50 +23,21 @@ from .registryapi import RegistryClient
 
 Say = Callable[[str], None]
 
-# docker push's messages for failures another attempt cannot fix.
-PUSH_PERMANENT = (
-    "denied",
-    "unauthorized",
-    "authentication required",
-    "forbidden",
-    "name unknown",
-    "name invalid",
-    "manifest invalid",
-    "tag invalid",
-    "no such image",
-    "does not exist",
-    "an image does not exist locally",
-)
-
-
-class PushFailed(EnvironmentProblem):
-    def __init__(self, ref: str, stderr: str):
-        self.stderr = stderr.strip()[-300:]
-        self.transient = not any(p in stderr.lower() for p in PUSH_PERMANENT)
-        host = ref.split("/")[0]
-        fix = (
-            f"check that registry {host} runs and answers, then run again"
-            if self.transient
-            else f"docker login {host} with a user that may push there, or use another --registry"
-        )
-        super().__init__(
-            f"docker push {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; no tag was moved)"
-        )
+PushFailed = engine.PushFailed  # raised by the engine; its `transient` decides a retry
 
 
 # ----------------------------------------------------------------------------- local tags
 def local_id(ref: str) -> str | None:
     """The image id `ref` names in the local engine, or None."""
-    proc = engine.docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
-    return proc.stdout.decode().strip() if proc.returncode == 0 else None
+    return engine.current().image_id(ref)
 
 
 def tag(src: str, ref: str) -> None:
-    engine.docker("tag", src, ref)
+    engine.current().tag(src, ref)
 
 
 def untag(ref: str) -> None:
-    engine.docker("image", "rm", "--no-prune", ref, check=False)
+    engine.current().untag(ref)
 
 
 def restore_local_tags(before: dict[str, str | None]) -> list[str]:
@@ -90,14 +61,13 @@ def restore_local_tags(before: dict[str, str | None]) -> list[str]:
 
 # ----------------------------------------------------------------------------- push
 def push(ref: str, say: Say = print) -> None:
-    """docker push, retried under the network policy while the failure is transient."""
+    """The engine's push, retried under the network policy while the failure is transient."""
     say(f"push    {ref}")
     attempts = netpolicy.attempts()
+    eng = engine.current()
 
     def once() -> None:
-        proc = engine.docker("push", ref, check=False, timeout=3600)
-        if proc.returncode != 0:
-            raise PushFailed(ref, proc.stderr.decode(errors="replace"))
+        eng.push(ref)
 
     def before_sleep(state) -> None:
         err = state.outcome.exception()

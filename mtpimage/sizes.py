@@ -1,7 +1,7 @@
 """Per-layer size table after each build, and the optional size budget of a profile.
 
 `after_build(plan, image_id, say)` prints one row per layer of the built image (bytes as
-stored locally, uncompressed, from `docker history`), the total, and the profile's
+stored locally, uncompressed, from the engine's layer history), the total, and the profile's
 `size_budget_gb` when it has one; it raises SizeBudgetExceeded (exit 1) when the image
 is larger than the budget, so a too-big image is never tagged or pushed.
 """
@@ -56,14 +56,7 @@ def _short(created_by: str, width: int = 64) -> str:
 
 def layer_rows(image: str) -> list[LayerRow]:
     """Layers of `image` that hold bytes, oldest first (metadata-only steps are left out)."""
-    proc = engine.docker(
-        "history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", image
-    )
-    entries = []
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        size, _, created = line.partition("\t")
-        entries.append((int(size or 0), created))
-    entries.reverse()  # docker history lists newest first
+    entries = engine.current().history(image)
     return [LayerRow(i, size, _short(created)) for i, (size, created) in enumerate(entries) if size > 0]
 
 

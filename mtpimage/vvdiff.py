@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import EnvironmentProblem, InputError
+from .errors import InputError
 
 PLAN_SCHEMA_PREFIX = "mtp-image-builder/plan/"
 VECTOR_SCHEMA_PREFIX = "mtp-image-builder/version-vector/"
@@ -315,60 +315,29 @@ def looks_like_image(ref: str) -> bool:
     return any(ch in ref for ch in ":/@")
 
 
-def vector_from_image(ref: str, client=None) -> dict:
+def vector_from_image(ref: str, eng=None) -> dict:
     """The version vector inside a local (or pullable) image, read without running it:
     the label names the file (or holds the JSON); the file is copied out of a created,
-    never started container."""
-    try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound, NotFound
-    except ImportError as exc:  # pragma: no cover - docker is a pinned dependency
-        raise EnvironmentProblem(f"docker SDK not installed: {exc}") from None
-    try:
-        client = client or docker.from_env()
-        try:
-            image = client.images.get(ref)
-        except ImageNotFound:
-            from .imagetest import _registry_host
+    never started container. `eng`: the engine (default: engine.current())."""
+    from . import engine
 
-            if _registry_host(ref) is None:  # a bare name: never looked up on docker.io
-                raise InputError(
-                    ref,
-                    None,
-                    "no such image in the local Docker engine (a name without "
-                    "a registry host is not looked up on docker.io)",
-                    "build or docker load it, or give the registry: HOST[:PORT]/NAME:TAG",
-                ) from None
-            try:
-                image = client.images.pull(ref)
-            except NotFound:
-                raise InputError(
-                    ref,
-                    None,
-                    "no such image, locally or in its registry",
-                    "check the reference, or docker login to a private registry",
-                ) from None
-        labels = image.labels or {}
-        value = labels.get(LABEL_VERSION_VECTOR, DEFAULT_VECTOR_PATH)
-        if value.lstrip().startswith("{"):
-            return json.loads(value)
-        container = client.containers.create(image.id, command=["/bin/true"])
-        try:
-            stream, _ = container.get_archive(value)
-            data = b"".join(stream)
-        except NotFound:
-            raise InputError(
-                ref,
-                None,
-                f"the image has no version vector at {value}",
-                "compare images built by this tool (python build.py --profile NAME)",
-            ) from None
-        finally:
-            container.remove(force=True)
-    except DockerException as exc:
-        from .engine import unreachable
-
-        raise unreachable(str(exc)) or EnvironmentProblem(f"cannot read image {ref}: {exc}") from None
+    eng = eng or engine.current()
+    eng.ensure_local(ref, flag=None)  # a bare name is never looked up on docker.io
+    value = eng.labels(ref).get(LABEL_VERSION_VECTOR, DEFAULT_VECTOR_PATH)
+    if value.lstrip().startswith("{"):
+        return json.loads(value)
+    container = eng.create(ref, ["/bin/true"])
+    try:
+        data = eng.copy_out(container, value)
+    finally:
+        eng.remove(container)
+    if data is None:
+        raise InputError(
+            ref,
+            None,
+            f"the image has no version vector at {value}",
+            "compare images built by this tool (python build.py --profile NAME)",
+        )
     return json.loads(_first_file(data, ref))
 
 

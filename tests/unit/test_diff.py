@@ -10,6 +10,7 @@ import tarfile
 
 import pytest
 
+from mtpimage import containerengine as engine  # the interface the fake implements
 from mtpimage import manifest, vvdiff
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
@@ -274,70 +275,57 @@ def test_bad_sides_are_one_line_errors(tmp_path):
     assert_one_line_error(run_cli("diff", "mtp-detach", str(bad)), "v.json")
 
 
-# -- reading the vector out of an image (docker SDK, faked) ----------------------------------
-class FakeImage:
-    def __init__(self, labels):
-        self.labels, self.id = labels, "sha256:" + "1" * 64
+# -- reading the vector out of an image (the engine seam, faked) -----------------------------
+class FakeEngine(engine.ContainerEngine):
+    """The primitives vector_from_image uses; ensure_local is the real one (engine.py)."""
 
+    def __init__(self, labels, files, local=True):
+        self.log: list = []
+        self._labels, self.files, self.local = labels, files, local
 
-class FakeContainer:
-    def __init__(self, files, log):
-        self.files, self.log = files, log
+    def image_id(self, ref):
+        self.log.append(("get", ref))
+        return "sha256:" + "1" * 64 if self.local else None
 
-    def get_archive(self, path):
+    def labels(self, ref):
+        return dict(self._labels)
+
+    def pull(self, ref):
+        self.log.append(("pull", ref))
+        raise engine.PullFailed(ref, "missing", f"manifest unknown: {ref}")
+
+    def create(self, image, command):
+        self.log.append(("create", image))
+        return "c0ffee"
+
+    def copy_out(self, container, path):
         self.log.append(("get_archive", path))
         if path not in self.files:
-            from docker.errors import NotFound
-
-            raise NotFound(f"Could not find the file {path} in container")
+            return None
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             data = self.files[path]
             info = tarfile.TarInfo(path.rsplit("/", 1)[-1])
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        raw = buf.getvalue()
-        return iter([raw[:100], raw[100:]]), {}
+        return buf.getvalue()
 
-    def remove(self, force=False):
-        self.log.append(("remove", force))
+    def remove(self, container):
+        self.log.append(("remove", True))
 
+    def describe(self):  # the rest is not used here
+        raise NotImplementedError
 
-class FakeClient:
-    def __init__(self, labels, files, local=True):
-        self.log: list = []
-        client = self
-
-        class Images:
-            def get(self, ref):
-                client.log.append(("get", ref))
-                if not local:
-                    from docker.errors import ImageNotFound
-
-                    raise ImageNotFound(f"No such image: {ref}")
-                return FakeImage(labels)
-
-            def pull(self, ref):
-                client.log.append(("pull", ref))
-                from docker.errors import NotFound
-
-                raise NotFound(f"manifest unknown: {ref}")
-
-        class Containers:
-            def create(self, image, command=None):
-                client.log.append(("create", image))
-                return FakeContainer(files, client.log)
-
-        self.images, self.containers = Images(), Containers()
+    build = history = tag = untag = push = run = export = describe
 
 
 def test_vector_from_image_reads_the_labelled_file_without_running(m):
     vec = as_version_vector(plan(m, "mtp-detach"))
-    client = FakeClient(
+    client = FakeEngine(
         {vvdiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
         {"/opt/mtp/version.json": json.dumps(vec).encode()},
     )
-    assert vvdiff.vector_from_image("ghcr.io/a/mtp-verl:t", client=client) == vec
+    assert vvdiff.vector_from_image("ghcr.io/a/mtp-verl:t", client) == vec
     ops = [op[0] for op in client.log]
     assert ops == ["get", "create", "get_archive", "remove"]  # created, never started; removed
     assert ("remove", True) in client.log
@@ -345,26 +333,26 @@ def test_vector_from_image_reads_the_labelled_file_without_running(m):
 
 def test_vector_from_image_defaults_path_and_accepts_inline_json(m):
     vec = as_version_vector(plan(m, "mtp-full"))
-    client = FakeClient({}, {vvdiff.DEFAULT_VECTOR_PATH: json.dumps(vec).encode()})
-    assert vvdiff.vector_from_image("x/y:z", client=client)["mode"] == "full"
-    inline = FakeClient({vvdiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
-    assert vvdiff.vector_from_image("x/y:z", client=inline) == vec
+    client = FakeEngine({}, {vvdiff.DEFAULT_VECTOR_PATH: json.dumps(vec).encode()})
+    assert vvdiff.vector_from_image("x/y:z", client)["mode"] == "full"
+    inline = FakeEngine({vvdiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
+    assert vvdiff.vector_from_image("x/y:z", inline) == vec
     assert [op[0] for op in inline.log] == ["get"]
 
 
 def test_image_without_vector_or_missing_image_is_an_input_error():
-    client = FakeClient({}, {})
+    client = FakeEngine({}, {})
     with pytest.raises(InputError, match="no version vector at /opt/mtp/version.json"):
-        vvdiff.vector_from_image("x/y:z", client=client)
+        vvdiff.vector_from_image("x/y:z", client)
     assert client.log[-1] == ("remove", True)  # the created container is removed
-    gone = FakeClient({}, {}, local=False)
-    with pytest.raises(InputError, match="no such image, locally or in its registry"):
-        vvdiff.vector_from_image("ghcr.io/x/y:z", client=gone)
+    gone = FakeEngine({}, {}, local=False)
+    with pytest.raises(InputError, match="not in the local Docker engine, nor in registry ghcr.io"):
+        vvdiff.vector_from_image("ghcr.io/x/y:z", gone)
     assert [op[0] for op in gone.log] == ["get", "pull"]
     # a name without a registry host is not looked up on docker.io (issue #13)
-    bare = FakeClient({}, {}, local=False)
+    bare = FakeEngine({}, {}, local=False)
     with pytest.raises(InputError, match="no such image in the local Docker engine"):
-        vvdiff.vector_from_image("x/y:z", client=bare)
+        vvdiff.vector_from_image("x/y:z", bare)
     assert [op[0] for op in bare.log] == ["get"]
 
 

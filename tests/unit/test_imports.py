@@ -5,6 +5,7 @@ modules never import the CLI, and only sources.py runs git to fetch."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mtpimage"
@@ -127,7 +128,8 @@ def test_only_sources_runs_git_fetch_or_clone():
             )
 
 
-# ----------------------------------------------------------------------------- settings
+# ----------------------------------------------------------------------------- the engine seam
+SEAM = {"engine.py", "containerengine.py", "dockerengine.py", "dockersocket.py"}
 REPO = PACKAGE.parent
 
 
@@ -135,6 +137,60 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
 
+def _imported(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+    return names
+
+
+def test_every_dockerd_call_goes_through_the_engine_seam():
+    """No Docker SDK or testcontainers anywhere; only dockerengine.py runs the docker CLI,
+    only dockersocket.py opens the engine's socket; other modules reach them through
+    engine.py (the fast path through dockersocket.py, its stdlib-only corner)."""
+    graph = import_graph()
+    for path in PACKAGE.rglob("*.py"):
+        tree = _tree(path)
+        rel = path.relative_to(PACKAGE).as_posix()
+        sdk = {n for n in _imported(tree) if n.split(".")[0] in ("docker", "testcontainers")}
+        assert not sdk, f"{rel} imports {sdk}: use engine.current()"
+        if path.name in SEAM:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                assert name != "docker", f"{rel}:{node.lineno} runs the docker CLI: use engine.current()"
+                words = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                assert not (words and words[0] in ("docker", "/usr/bin/docker")), f"{rel}:{node.lineno}"
+            if isinstance(node, ast.Attribute) and node.attr == "AF_UNIX":
+                raise AssertionError(f"{rel}:{node.lineno} opens a unix socket: dockersocket.py")
+    for name, edges in graph.items():
+        if name.rsplit(".", 1)[-1] + ".py" in SEAM or name == "mtpimage.fastpath":
+            continue
+        assert "mtpimage.dockerengine" not in edges, f"{name}: use engine.current()"
+        assert "mtpimage.dockersocket" not in edges, f"{name}: use engine.current()"
+    assert graph["mtpimage.fastpath"] & {"mtpimage.engine", "mtpimage.dockerengine"} == set()
+
+
+def test_the_fast_path_imports_only_the_standard_library_and_its_corner():
+    graph = import_graph()
+    allowed = {"mtpimage.locations", "mtpimage.settings", "mtpimage.dockersocket"}
+    assert graph["mtpimage.fastpath"] <= allowed
+    for name in allowed:
+        assert graph[name] == set(), name  # and they import nothing of the tool
+        third_party = {
+            n
+            for n in _imported(_tree(_modules()[name][0]))
+            if n.split(".")[0] not in sys.stdlib_module_names and n != "__future__"
+        }
+        assert not third_party, (name, third_party)
+
+
+# ----------------------------------------------------------------------------- settings
 def _reads_mtp_variable(tree: ast.Module) -> list[int]:
     """Lines that read an MTP_* variable: os.environ[...] / .get / os.getenv with an MTP_
     name, or any use of the bare "MTP_" prefix (a scan of the environment)."""

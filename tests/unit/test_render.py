@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import engine, manifest
+from mtpimage import dockerengine as engine  # the docker implementation of the engine seam
+from mtpimage import manifest
 from mtpimage.cli import plan_for
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.registry import Registry
