@@ -114,7 +114,7 @@ REQUIRED = ("docker", "jinja2", "jsonschema", "packaging", "requests", "tenacity
 if any(importlib.util.find_spec(name) is None for name in REQUIRED):
     _bootstrap()
 
-from mtpimage.cli import main  # noqa: E402
+from mtpimage.cli import invoke, main  # noqa: E402
 
 
 def _main() -> int:
@@ -122,11 +122,11 @@ def _main() -> int:
         return main()
     recorder = fastpath.Recorder()
     try:
-        code = main()
+        code, result = invoke()
     finally:
         recorder.stop()
-    if code == 0 and fastpath.outcome and not recorder.overflow:
-        fastpath.remember(sys.argv[1:], _key, fastpath.outcome, recorder.events)
+    if code == 0 and not recorder.overflow:
+        fastpath.remember(sys.argv[1:], _key, result, recorder.events)  # only a local JobResult
     return code
 
 

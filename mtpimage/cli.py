@@ -268,7 +268,8 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def cmd_main(args) -> int:
+def cmd_main(args):
+    """The main job: an exit status, or the pipeline's JobResult when it ran to the end."""
     m = load_for(args)
     name = args.profile or DEFAULT_PROFILE
     plan = plan_for(m, name, args.sets, **substitutions_of(args))
@@ -303,25 +304,31 @@ COMMANDS = {"list": cmd_list, "check": cmd_check, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:
+    return invoke(argv)[0]
+
+
+def invoke(argv: list[str] | None = None) -> tuple[int, object]:
+    """(exit status, the main job's pipeline.JobResult or None): main() for callers that act
+    on what the job did (build.py remembers a local run for its fast path)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "func", None) or COMMANDS.get(args.command, cmd_main)
     try:
-        code = handler(args)
+        out = handler(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
-        return code
+        return (out, None) if isinstance(out, int) else (out.exit_code, out)
     except BrokenPipeError as exc:
         if stdout_reader_gone():
-            return quiet_exit_for_gone_reader()
-        return _internal_error(exc)  # a socket or a subprocess's pipe, not our reader
+            return quiet_exit_for_gone_reader(), None
+        return _internal_error(exc), None  # a socket or a subprocess's pipe, not our reader
     except BuilderError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
-        return exc.exit_code
+        return exc.exit_code, None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 130, None
     except Exception as exc:
-        return _internal_error(exc)
+        return _internal_error(exc), None
 
 
 def _internal_error(exc: Exception) -> int:

@@ -214,16 +214,6 @@ def replay(reply: list) -> None:
     sys.stdout.flush()
 
 
-# Set by the pipeline when a plain local main job ends with its image built or found and
-# both local tags on it; build.py remembers the run only then.
-outcome: str | None = None
-
-
-def done(ref: str) -> None:
-    global outcome
-    outcome = ref
-
-
 class Recorder:
     """stdout and stderr as one ordered list of writes, while they pass through unchanged."""
 
@@ -265,35 +255,36 @@ class _Tee:
         return getattr(self._inner, name)
 
 
-def remember(argv: list[str], k: str, ref: str, events: list) -> bool:
-    """Remember a successful local main job whose image `ref` is built and tagged: what it
-    printed (both streams, in order) up to its `image <ref>` line, then the up-to-date line
-    the full job prints for a local image. Written atomically; never raises."""
+def remember(argv: list[str], k: str, result, events: list) -> bool:
+    """Remember a successful local main job from what it returned (pipeline.JobResult: its
+    image, built or up to date, with both local tags on it): what it printed (both streams,
+    in order) up to its heading line, then the line it prints when the image is up to date.
+    Both lines come from the result, so the memo follows the pipeline's wording. Written
+    atomically; never raises."""
     opts = parse(argv)
-    if opts is None or not enabled():
+    if opts is None or not enabled() or result is None or not result.rememberable:
         return False
-    head = f"image   {ref}\n"
+    head = result.heading + "\n"
     reply = []
     for stream, text in events:
         at = text.find(head) if stream == "out" else -1
         if at >= 0:
-            reply.append(
-                ["out", text[: at + len(head)] + f"up to date: {ref} exists locally; nothing to build\n"]
-            )
+            reply.append(["out", text[: at + len(head)] + result.up_to_date + "\n"])
             break
         reply.append([stream, text])
     else:
         return False
-    iid = image_id(ref)
-    if iid is None or image_id(f"{IMAGE_REPOSITORY}:{opts['--profile']}") != iid:
+    # the next lookup asks the socket: remember only what it will see
+    iid = result.image_id
+    if image_id(result.ref) != iid or image_id(f"{IMAGE_REPOSITORY}:{opts['--profile']}") != iid:
         return False
     try:
         path = _memo_file(k)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"ref": ref, "image_id": iid, "reply": reply}), encoding="utf-8")
+        tmp.write_text(json.dumps({"ref": result.ref, "image_id": iid, "reply": reply}), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         return False
-    _trace(f"remembered {ref}")
+    _trace(f"remembered {result.ref}")
     return True

@@ -5,7 +5,9 @@
 Each step is a function below and `run()` calls them in this order; nothing is tagged
 before the checks passed, and with a registry a failed step puts back every local tag the
 run set or moved (publish.py rolls back the registry). The command line is parsed in
-commands/ and handed over as a MainJob; progress goes to `say`.
+commands/ and handed over as a MainJob; progress goes to `say`; `run()` returns a JobResult
+(built or up to date, the reference, the image ID), which is all build.py's fast path
+remembers a run by.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import engine, fastpath, imagetest, lockfile, publish, sizes
+from . import engine, imagetest, lockfile, publish, sizes
 from .errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from .manifest import Manifests
 from .plan import IMAGE_REPOSITORY, Plan
@@ -38,6 +40,45 @@ def _warn(msg: str) -> None:
 
 class TestsFailed(BuilderError):
     exit_code = EXIT_RULES
+
+
+BUILT, UP_TO_DATE = "built", "up to date"
+
+
+def image_line(ref: str) -> str:
+    """The line that names the image a run is about (its first line of progress)."""
+    return f"image   {ref}"
+
+
+def up_to_date_line(ref: str, where: str = "locally") -> str:
+    return f"up to date: {ref} exists {where}; nothing to build"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a main job that succeeded did: the contract between the pipeline and its callers
+    (the CLI's exit status, build.py's fast-path memo). Failures are raised, not returned."""
+
+    state: str  # BUILT or UP_TO_DATE
+    ref: str  # the local content tag, mtp-verl:<identity>
+    image_id: str | None  # None: up to date in the registry only, not in the local engine
+    local_only: bool  # no registry: both local tags are on image_id
+    pushed: bool = False
+    exit_code: int = 0
+
+    @property
+    def rememberable(self) -> bool:
+        """A plain local run whose image and both tags are here: the fast path may replay it."""
+        return self.local_only and self.image_id is not None
+
+    @property
+    def heading(self) -> str:
+        return image_line(self.ref)
+
+    @property
+    def up_to_date(self) -> str:
+        """What this run prints, after its heading, when run again with the image still here."""
+        return up_to_date_line(self.ref)
 
 
 @dataclass(frozen=True)
@@ -183,8 +224,8 @@ def say_pulls(ref: ImageRef, say: Say = _say) -> None:
 
 
 # ----------------------------------------------------------------------------- the job
-def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> int:
-    """The main job; returns the exit status (errors are raised as BuilderError)."""
+def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> JobResult:
+    """The main job; returns what it did (errors are raised as BuilderError)."""
     check_frozen(job, warn)
     summary = {
         "profile": job.plan.profile,
@@ -203,7 +244,7 @@ def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> int:
             job.summary_file.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-def _build_test_publish(job: MainJob, summary: dict, say: Say) -> int:
+def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     plan, reg = job.plan, job.registry
     rendered = render(plan, job.manifests.root)
     local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
@@ -213,7 +254,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> int:
         from .registryapi import RegistryClient
 
         client = RegistryClient(reg)
-    say(f"image   {local}")
+    say(image_line(local))
     summary["image"] = local
     local_id = publish.local_id(local)
     remote = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if client else None
@@ -231,7 +272,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> int:
         raise
 
 
-def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> int:
+def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> JobResult:
     plan, reg = job.plan, job.registry
     local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
     human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
@@ -246,13 +287,11 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             where = (
                 "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
             )
-            say(f"up to date: {local} exists {where}; nothing to build")
+            say(up_to_date_line(local, where))
             summary["up_to_date"] = True
-            if reg is None:
-                fastpath.done(local)  # build.py may remember this run (its inputs -> this image)
             if reg is not None:
                 _published(summary, reg, rendered.identity, plan.profile, remote, say)
-            return 0
+            return JobResult(UP_TO_DATE, local, local_id, local_only=reg is None)
         if local_id is None:
             raise EnvironmentProblem(
                 f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
@@ -260,6 +299,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
                 f"(fix: docker pull it, then run again to move the tag)"
             )
         say(f"up to date: {local} exists locally; publishing it")
+        state, image_id = UP_TO_DATE, local_id
     else:
         image_id = build_image(plan, rendered, job.build, say)
         report = run_tests(image_id, job.gpu, say)
@@ -270,17 +310,17 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         publish.tag(image_id, local)
         publish.tag(image_id, human_local)
         say(f"tagged  {local} and {human_local}")
-        if reg is None:
-            fastpath.done(local)
-    if reg is not None:
-        digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
-        say(
-            f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
-            f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
-        )
-        summary["pushed"] = True
-        _published(summary, reg, rendered.identity, plan.profile, digest, say)
-    return 0
+        state = BUILT
+    if reg is None:
+        return JobResult(state, local, image_id, local_only=True)
+    digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
+    say(
+        f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
+        f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
+    )
+    summary["pushed"] = True
+    _published(summary, reg, rendered.identity, plan.profile, digest, say)
+    return JobResult(state, local, image_id, local_only=False, pushed=True)
 
 
 def _published(summary: dict, reg: Registry, identity: str, profile: str, digest: str, say: Say) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import cli, fastpath, locations, plan
+from mtpimage import cli, fastpath, locations, pipeline, plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,6 +81,7 @@ def world(tmp_path, monkeypatch):
 
 ARGV = ["--profile", "mtp-detach"]
 REF = "mtp-verl:mtp-detach-0123456789ab"
+RESULT = pipeline.JobResult(pipeline.BUILT, REF, "sha256:aaa", local_only=True)  # what run() returned
 PRINTED = [
     ["out", "plan of mtp-detach\n"],
     ["err", "warning: something users must see\n"],
@@ -92,7 +93,7 @@ PRINTED = [
 def _remember(argv=ARGV):
     reply, key = fastpath.lookup(argv)
     assert reply is None and key
-    assert fastpath.remember(argv, key, REF, PRINTED)
+    assert fastpath.remember(argv, key, RESULT, PRINTED)
     return key
 
 
@@ -206,7 +207,7 @@ def test_only_the_plain_local_main_job_is_remembered(world, argv):
 
 def test_off_switch_and_no_memo_without_the_image_line(world, monkeypatch):
     reply, key = fastpath.lookup(ARGV)
-    assert not fastpath.remember(ARGV, key, REF, [["out", "no image line here\n"]])
+    assert not fastpath.remember(ARGV, key, RESULT, [["out", "no image line here\n"]])
     assert fastpath.lookup(ARGV)[0] is None
     _remember()
     monkeypatch.setenv("MTP_FASTPATH", "0")
@@ -216,7 +217,7 @@ def test_off_switch_and_no_memo_without_the_image_line(world, monkeypatch):
 def test_not_remembered_when_the_profile_tag_is_elsewhere(world):
     world["engine"].images["mtp-verl:mtp-detach"] = "sha256:bbb"
     _, key = fastpath.lookup(ARGV)
-    assert not fastpath.remember(ARGV, key, REF, PRINTED)
+    assert not fastpath.remember(ARGV, key, RESULT, PRINTED)
 
 
 def test_constants_agree_with_the_tool():
@@ -255,16 +256,28 @@ def test_a_summary_file_that_cannot_be_written_takes_the_full_path(world, tmp_pa
 
 
 def test_the_replayed_summary_is_the_one_the_full_path_writes(tmp_path, monkeypatch):
-    from mtpimage import manifest, pipeline, publish
+    from mtpimage import manifest, publish
 
     monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: None)
     monkeypatch.setattr(publish, "local_id", lambda ref: "sha256:aaa")  # both tags on the image
-    monkeypatch.setattr(fastpath, "done", lambda ref: None)
     m = manifest.load()
     job = pipeline.MainJob(
         manifests=m, plan=cli.plan_for(m, "mtp-detach", None), summary_file=tmp_path / "s.json"
     )
     said: list[str] = []
-    assert pipeline.run(job, say=said.append) == 0
+    result = pipeline.run(job, say=said.append)
+    assert result.exit_code == 0 and result.state == pipeline.UP_TO_DATE and result.rememberable
     ref = next(line.split()[1] for line in said if line.startswith("image "))
     assert (tmp_path / "s.json").read_text() == fastpath.summary("mtp-detach", ref)
+
+
+def test_the_memo_follows_the_result_not_console_wording(world):
+    """The heading and the up-to-date line come from the pipeline's JobResult; a run that was
+    not a plain local one (a registry, or no image here) is never remembered."""
+    _, key = fastpath.lookup(ARGV)
+    pushed = pipeline.JobResult(pipeline.BUILT, REF, "sha256:aaa", local_only=False, pushed=True)
+    assert not fastpath.remember(ARGV, key, pushed, PRINTED)
+    assert not fastpath.remember(ARGV, key, None, PRINTED)
+    assert fastpath.remember(ARGV, key, RESULT, PRINTED)
+    reply, _ = fastpath.lookup(ARGV)
+    assert reply[-1][1].endswith(f"{RESULT.heading}\n{RESULT.up_to_date}\n")

@@ -55,7 +55,7 @@ def _job(tmp_path, registry=None):
 def test_steps_run_in_order(steps, tmp_path):
     calls, _ = steps
     said: list[str] = []
-    assert pipeline.run(_job(tmp_path, "127.0.0.1:5000/ns"), say=said.append) == 0
+    assert pipeline.run(_job(tmp_path, "127.0.0.1:5000/ns"), say=said.append).exit_code == 0
     assert calls == ["frozen", "build", f"test {IMAGE_ID}", "tag mtp", "tag mtp", "push"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pushed"] and summary["digest"] == DIGEST
@@ -87,7 +87,7 @@ def test_up_to_date_in_the_registry_builds_nothing(steps, tmp_path):
     calls, state = steps
     state["remote"] = DIGEST  # both tags already name the tested image
     said: list[str] = []
-    assert pipeline.run(_job(tmp_path, "127.0.0.1:5000/ns"), say=said.append) == 0
+    assert pipeline.run(_job(tmp_path, "127.0.0.1:5000/ns"), say=said.append).exit_code == 0
     assert calls == ["frozen"]
     assert any(line.startswith("up to date:") for line in said)
     assert json.loads((tmp_path / "summary.json").read_text())["up_to_date"] is True
