@@ -16,8 +16,8 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +27,8 @@ from .errors import BuilderError, InputError
 from .patches import PatchUnavailable
 from .patches import as_files as patch_files
 from .plan import Component, Plan, build_plan
-from .probes import PROBED_RULES, SourceSet, patch_dry_run, probe_plan
+from .probes import PROBED_RULES, patch_dry_run, probe_plan
+from .sources import SourceSet
 
 # `now` as a cutoff is an hour ago: an upload takes minutes to reach every index page and
 # mirror, and uv answers from a page it fetched up to 10 minutes before; a cutoff that recent
@@ -283,156 +284,43 @@ class Locker:
         }
 
     def python_set(self, plan: Plan) -> str:
-        indexes = dict(plan.indexes)
-        used = {p.index for p in plan.packages} | {c.index for c in plan.components if c.source == "pypi"}
-        used.add("pypi")
-        reach: dict[str, str | None] = {}
-        for name in sorted(used):
-            probe = next((p.name for p in plan.packages if p.index == name), None) or next(
-                (c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip"
-            )
-            reach[name] = pydeps.probe_index(indexes[name], probe)
-        requirements: list[str] = []
-        stubs: dict = {}
-        unverified: dict[str, str] = {}
-        owner: dict[str, str] = {}  # canonical distribution -> component/package name
-        versions: dict[str, str] = {}
-        hashless: list[tuple[str, str]] = []  # (name==version, index): no file, no sha256
-        for p in plan.packages:
-            requirements.append(p.requirement)
-            owner[pydeps.canonical(p.name)] = p.name
-            if p.build is not None:
-                # compiled here: its metadata needs a build, so it is data (requires_dist)
-                stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist or ())}
-                continue
-            if reach[p.index]:
-                # no file, so no sha256: the image would install it by version alone
-                hashless.append((f"{p.name}=={p.version}", p.index))
-        for c in plan.components:
-            extras = f"[{','.join(c.extras)}]" if c.extras else ""
-            owner[pydeps.canonical(c.package)] = c.name
-            if c.source == "pypi":
-                requirements.append(f"{c.package}{extras}=={c.version}")
-                if reach[c.index]:
-                    hashless.append((f"{c.package}=={c.version}", c.index))
-                continue
-            version, stub = self._stub_for(plan, c)
-            versions[c.package] = version
-            requirements.append(f"{c.package}{extras}=={version}")
-            stubs[c.package] = stub
-        if hashless:
-            raise HashlessPackage(
-                "lock failed, manifests/lock.yaml left unchanged: "
-                + "; ".join(
-                    f"{what} from index {idx} ({indexes[idx]}) would install without a sha256: "
-                    f"the index does not answer ({reach[idx]})"
-                    for what, idx in hashless
-                )
-                + " (fix: lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
-                "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
-            )
-        # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
-        # alone still resolves (offline, --no-index); anything that needs the index fails there.
-        reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + [
-            indexes[n] for n in sorted(used) if n != "pypi" and not reach[n]
-        ]
-        if reach["pypi"]:
-            self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
-        overrides = [o[0] for o in plan.overrides]
-        excludes = [e[0] for e in plan.excludes]
-        stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in stubs.items()}
-        key = lockfile.set_key(
-            requirements,
-            {n: indexes[n] for n in sorted(used)},
-            {"stubs": stub_key, "overrides": overrides, "excludes": excludes},
-        )
-        if key in self.sets:
-            return key
-        doc: dict = {
-            "requirements": sorted(requirements),
-            "indexes": {
-                n: (
-                    {"url": indexes[n], "verified": True}
-                    if not reach[n]
-                    else {"url": indexes[n], "verified": False, "reason": reach[n]}
-                )
-                for n in sorted(used)
-            },
-            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
-            "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
-        }
+        """Resolve `plan`'s whole Python environment once per distinct input (its key) and
+        record the set's document in self.sets; returns the key. Stages: inputs (index probes,
+        requirements and stubs), resolution, layer assignment, file selection, document."""
+        s = self._set_inputs(plan)
+        if s.key in self.sets:
+            return s.key
+        doc = _set_head(plan, s)
         t0 = time.monotonic()
         try:
             res = resolver.resolve(
-                requirements, stubs, overrides, excludes, reachable, plan.python, **self._cutoff_args()
+                s.requirements,
+                s.stubs,
+                s.overrides,
+                s.excludes,
+                s.reachable,
+                plan.python,
+                **self._cutoff_args(),
             )
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0
-            doc.update(resolved=False, error=str(exc), packages={})
-            self.failures.append(
-                f"python set {key} ({plan.profile}): the stack does not resolve: {exc} "
-                "(fix: an override or exclude in components.yaml `resolution`, with why and link)"
+            return self._failed_set(
+                s.key,
+                doc,
+                exc,
+                f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} "
+                "(fix: an override or exclude in components.yaml `resolution`, with why and link)",
             )
-            self.sets[key] = doc
-            return key
-        # layers: the plan's own layers, members first
-        members = []
-        for layer in plan.layers:
-            names = []
-            for item in layer.items:
-                pk = plan.package(item)
-                cp = plan.component(item)
-                if pk is not None:
-                    names.append(pk.name)
-                elif cp is not None:
-                    names.append(cp.package)
-            if names:
-                members.append((layer.name, names))
-        layers = resolver.assign_layers(res.packages, members)
-        pins_by_index: dict[str, dict[str, str]] = {}
-        index_of: dict[str, str] = {}
-        for name, entry in res.packages.items():
-            if entry["stub"]:
-                continue
-            pk = plan.package(owner.get(name, "")) if name in owner else None
-            idx = pk.index if pk is not None else "pypi"
-            index_of[name] = idx
-            pins_by_index.setdefault(idx, {})[name] = entry["version"]
-        files: dict[str, dict] = {}
-        for idx, pins in sorted(pins_by_index.items()):
-            try:
-                files.update(
-                    resolver.select_files(
-                        pins, indexes[idx], plan.python, {pydeps.canonical(n) for n, _w in plan.sdists}
-                    )
-                )
-            except resolver.ResolutionFailed as exc:
-                self.failures.append(f"python set {key} ({plan.profile}): {exc}")
-                doc.update(resolved=False, error=str(exc), packages={})
-                self.sets[key] = doc
-                return key
+        layers = resolver.assign_layers(res.packages, _layer_members(plan))
+        try:
+            files, index_of = self._select_files(plan, s, res)
+        except resolver.ResolutionFailed as exc:
+            return self._failed_set(s.key, doc, exc, f"python set {s.key} ({plan.profile}): {exc}")
         self.resolve_seconds += time.monotonic() - t0
-        packages = {}
-        for name, entry in res.packages.items():
-            e: dict = {"version": entry["version"], "layer": layers[name]}
-            comp = plan.component(owner.get(name, ""))
-            if comp is not None and comp.source == "git":
-                e["source"] = f"git ({comp.name})"
-                stub = stubs[comp.package]
-                if not comp.deps_declared:
-                    e["declared_dependencies"] = "not installed (dependencies.declared: false)"
-            elif entry["stub"] and _built(plan, owner.get(name, "")) is not None:
-                e.update(source="built", built_from=_built(plan, owner[name]))
-            elif entry["stub"]:
-                e.update(
-                    index=plan.package(owner[name]).index,
-                    verified=False,
-                    reason=unverified.get(owner[name], "stub"),
-                )
-            else:
-                e.update(index=index_of[name], **files[name])
-            e["via"] = entry["via"]
-            packages[name] = e
+        packages = {
+            name: _package_entry(plan, s, name, entry, layers[name], index_of, files)
+            for name, entry in res.packages.items()
+        }
         doc.update(resolved=True, packages=dict(sorted(packages.items())))
         # what stood in for the sources and the unreachable packages: enough to re-run this
         # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
@@ -442,33 +330,132 @@ class Locker:
                 "requires": list(v.get("requires") or []),
                 **({"extras": v["extras"]} if v.get("extras") else {}),
             }
-            for n, v in sorted(stubs.items())
+            for n, v in sorted(s.stubs.items())
         }
+        doc["build_requires"] = self._build_sets(plan, s.indexes)
+        self._unverified_of(doc, res, s.unverified)
+        self.sets[s.key] = doc
+        return s.key
+
+    def _set_inputs(self, plan: Plan) -> _SetInputs:
+        """Stage 1: which indexes answer, what is required, what stands in for what an index
+        cannot tell (git sources' own metadata, compiled extensions' declared requires)."""
+        indexes = dict(plan.indexes)
+        used = {p.index for p in plan.packages} | {c.index for c in plan.components if c.source == "pypi"}
+        used.add("pypi")
+        reach: dict[str, str | None] = {}
+        for name in sorted(used):
+            probe = next((p.name for p in plan.packages if p.index == name), None) or next(
+                (c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip"
+            )
+            reach[name] = pydeps.probe_index(indexes[name], probe)
+        s = _SetInputs(indexes=indexes, used=sorted(used), reach=reach)
+        self._requirements_and_stubs(plan, s)
+        # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
+        # alone still resolves (offline, --no-index); anything that needs the index fails there.
+        s.reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + [
+            indexes[n] for n in s.used if n != "pypi" and not reach[n]
+        ]
+        if reach["pypi"]:
+            self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
+        s.overrides = [o[0] for o in plan.overrides]
+        s.excludes = [e[0] for e in plan.excludes]
+        stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in s.stubs.items()}
+        s.key = lockfile.set_key(
+            s.requirements,
+            {n: indexes[n] for n in s.used},
+            {"stubs": stub_key, "overrides": s.overrides, "excludes": s.excludes},
+        )
+        return s
+
+    def _requirements_and_stubs(self, plan: Plan, s: _SetInputs) -> None:
+        """Stage 2: one requirement per package and component; stubs for git sources and
+        compiled extensions. A package whose index does not answer would have no sha256:
+        refused (HashlessPackage), never locked by version alone."""
+        hashless: list[tuple[str, str]] = []  # (name==version, index): no file, no sha256
+        for p in plan.packages:
+            s.requirements.append(p.requirement)
+            s.owner[pydeps.canonical(p.name)] = p.name
+            if p.build is not None:
+                # compiled here: its metadata needs a build, so it is data (requires_dist)
+                s.stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist or ())}
+                continue
+            if s.reach[p.index]:
+                # no file, so no sha256: the image would install it by version alone
+                hashless.append((f"{p.name}=={p.version}", p.index))
+        for c in plan.components:
+            extras = f"[{','.join(c.extras)}]" if c.extras else ""
+            s.owner[pydeps.canonical(c.package)] = c.name
+            if c.source == "pypi":
+                s.requirements.append(f"{c.package}{extras}=={c.version}")
+                if s.reach[c.index]:
+                    hashless.append((f"{c.package}=={c.version}", c.index))
+                continue
+            version, stub = self._stub_for(plan, c)
+            s.requirements.append(f"{c.package}{extras}=={version}")
+            s.stubs[c.package] = stub
+        if hashless:
+            raise HashlessPackage(
+                "lock failed, manifests/lock.yaml left unchanged: "
+                + "; ".join(
+                    f"{what} from index {idx} ({s.indexes[idx]}) would install without a sha256: "
+                    f"the index does not answer ({s.reach[idx]})"
+                    for what, idx in hashless
+                )
+                + " (fix: lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
+                "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
+            )
+
+    def _select_files(self, plan: Plan, s: _SetInputs, res) -> tuple[dict, dict]:
+        """Stage 4: one hashed file per resolved package, from the index that serves it."""
+        pins_by_index: dict[str, dict[str, str]] = {}
+        index_of: dict[str, str] = {}
+        for name, entry in res.packages.items():
+            if entry["stub"]:
+                continue
+            pk = plan.package(s.owner.get(name, "")) if name in s.owner else None
+            idx = pk.index if pk is not None else "pypi"
+            index_of[name] = idx
+            pins_by_index.setdefault(idx, {})[name] = entry["version"]
+        files: dict[str, dict] = {}
+        for idx, pins in sorted(pins_by_index.items()):
+            files.update(
+                resolver.select_files(
+                    pins, s.indexes[idx], plan.python, {pydeps.canonical(n) for n, _w in plan.sdists}
+                )
+            )
+        return files, index_of
+
+    def _failed_set(self, key: str, doc: dict, exc: Exception, failure: str) -> str:
+        """A set that does not resolve is recorded as such (the lock then fails, naming it)."""
+        doc.update(resolved=False, error=str(exc), packages={})
+        self.failures.append(failure)
+        self.sets[key] = doc
+        return key
+
+    def _build_sets(self, plan: Plan, indexes: dict[str, str]) -> dict:
+        """The hashed build backends of every git source and compiled extension."""
         build_sets = {}
         builders = [_Named(c.name, c.build_requires) for c in plan.components if c.source == "git"]
         builders += [_Named(p.name, p.build.build_requires) for p in plan.packages if p.build is not None]
         for c in builders:
-            if c.build_requires:
-                try:
-                    br = resolver.resolve(
-                        list(c.build_requires),
-                        {},
-                        [],
-                        [],
-                        [indexes["pypi"]],
-                        plan.python,
-                        **self._cutoff_args(),
-                    )
-                except resolver.ResolutionFailed as exc:
-                    self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
-                    continue
-                bfiles = resolver.select_files(
-                    {n: e["version"] for n, e in br.packages.items()}, indexes["pypi"], plan.python
+            if not c.build_requires:
+                continue
+            try:
+                br = resolver.resolve(
+                    list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python, **self._cutoff_args()
                 )
-                build_sets[c.name] = {
-                    n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()
-                }
-        doc["build_requires"] = build_sets
+            except resolver.ResolutionFailed as exc:
+                self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
+                continue
+            bfiles = resolver.select_files(
+                {n: e["version"] for n, e in br.packages.items()}, indexes["pypi"], plan.python
+            )
+            build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+        return build_sets
+
+    def _unverified_of(self, doc: dict, res, unverified: dict[str, str]) -> None:
+        """What this set could not verify, in its document and in the run's list."""
         if res.unbounded:
             # their index serves no upload times (PEP 700): uv cannot hold them to the cutoff
             doc["not_bounded_in_time"] = res.unbounded
@@ -481,8 +468,81 @@ class Locker:
             line = f"python {name}: {why}"
             if line not in self.unverified:
                 self.unverified.append(line)
-        self.sets[key] = doc
-        return key
+
+
+@dataclass
+class _SetInputs:
+    """What one Python set is resolved from (python_set's first stages fill it in)."""
+
+    indexes: dict[str, str]  # index name -> URL
+    used: list[str]  # the index names this plan uses, sorted
+    reach: dict[str, str | None]  # index name -> why it does not answer (None: it answers)
+    requirements: list[str] = field(default_factory=list)
+    stubs: dict = field(default_factory=dict)  # distribution -> stand-in metadata
+    owner: dict[str, str] = field(default_factory=dict)  # canonical distribution -> component/package
+    unverified: dict[str, str] = field(default_factory=dict)
+    reachable: list[str] = field(default_factory=list)  # index URLs the resolver may ask
+    overrides: list[str] = field(default_factory=list)
+    excludes: list[str] = field(default_factory=list)
+    key: str = ""
+
+
+def _set_head(plan: Plan, s: _SetInputs) -> dict:
+    """The set document's inputs, written whether or not the set resolves."""
+    return {
+        "requirements": sorted(s.requirements),
+        "indexes": {
+            n: (
+                {"url": s.indexes[n], "verified": True}
+                if not s.reach[n]
+                else {"url": s.indexes[n], "verified": False, "reason": s.reach[n]}
+            )
+            for n in s.used
+        },
+        "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+        "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
+    }
+
+
+def _layer_members(plan: Plan) -> list[tuple[str, list[str]]]:
+    """Stage 3's input: the plan's own layers and their distributions, members first."""
+    members = []
+    for layer in plan.layers:
+        names = []
+        for item in layer.items:
+            pk = plan.package(item)
+            cp = plan.component(item)
+            if pk is not None:
+                names.append(pk.name)
+            elif cp is not None:
+                names.append(cp.package)
+        if names:
+            members.append((layer.name, names))
+    return members
+
+
+def _package_entry(plan: Plan, s: _SetInputs, name: str, entry: dict, layer: str, index_of, files) -> dict:
+    """Stage 5: one resolved distribution as lock.yaml records it: a git source, a package
+    built here (its source pin), a stand-in, or a hashed file of its index."""
+    e: dict = {"version": entry["version"], "layer": layer}
+    owner = s.owner.get(name, "")
+    comp = plan.component(owner)
+    if comp is not None and comp.source == "git":
+        e["source"] = f"git ({comp.name})"
+        if not comp.deps_declared:
+            e["declared_dependencies"] = "not installed (dependencies.declared: false)"
+    elif entry["stub"] and _built(plan, owner) is not None:
+        e.update(source="built", built_from=_built(plan, owner))
+    elif entry["stub"]:
+        e.update(
+            index=plan.package(s.owner[name]).index,
+            verified=False,
+            reason=s.unverified.get(s.owner[name], "stub"),
+        )
+    else:
+        e.update(index=index_of[name], **files[name])
+    e["via"] = entry["via"]
+    return e
 
 
 class HashlessPackage(BuilderError):
@@ -512,10 +572,11 @@ def _plans(m, names) -> list[Plan]:
 
 
 @contextlib.contextmanager
-def exclusive(manifests_root: Path):
+def exclusive(manifests_root: Path, waiting: Callable[[str], None] = lambda _msg: None):
     """One `lock` run at a time per manifests directory: an exclusive flock on a file in
     the cache (keyed by the manifests path, so nothing appears in the repository). A second
-    run says whom it waits for, then proceeds and sees the first run's lock.yaml."""
+    run tells `waiting` whom it waits for (the command prints it), then proceeds and sees the
+    first run's lock.yaml."""
     root = Path(manifests_root).resolve()
     key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
     d = sources.cache_root() / "locks"
@@ -526,11 +587,7 @@ def exclusive(manifests_root: Path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            print(
-                f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}",
-                file=sys.stderr,
-                flush=True,
-            )
+            waiting(f"waiting for another lock run (pid {holder}) on {root.name}/{lockfile.LOCK_NAME}")
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -594,7 +651,9 @@ def lock(
     exclude_newer: str | None = None,
 ) -> LockOutcome:
     """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive().
-    exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ)."""
+    exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ). Stages: the
+    cutoff and upgrades, one pin per component, verify and resolve every profile, the
+    document, then write it unless refused."""
     names = [only] if only else m.names()
     for n in names:
         manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
@@ -609,77 +668,25 @@ def lock(
             m = manifest.load(m.root)
     t0 = time.monotonic()
     plans = _plans(m, names)
-    old = previous if only else None
+    _one_pin_per_component(m, plans)
     locker = Locker(m, cutoff)
-
-    components: dict[str, dict] = dict((old or {}).get("components") or {})
-    packages: dict[str, dict] = dict((old or {}).get("packages") or {})
-    profiles: dict[str, dict] = dict((old or {}).get("profiles") or {})
-    sets: dict[str, dict] = dict((old or {}).get("python_sets") or {})
-    pins: dict[str, tuple[str, dict]] = {}
-    for plan in plans:
-        for c in plan.components:
-            pin = {**lockfile.component_pin(c), "patches": [lockfile.patch_pin(p) for p in c.patches]}
-            if c.name in pins and pins[c.name][1] != pin:
-                raise InputError(
-                    m.profiles[plan.profile].file,
-                    f"components.{c.name}",
-                    f"profiles {pins[c.name][0]} and {plan.profile} pin {c.name} differently",
-                    "one lock.yaml holds one pin per component: give the variant its own name",
-                )
-            pins[c.name] = (plan.profile, pin)
+    old = (previous if only else None) or {}
+    entries = _LockEntries(
+        components=dict(old.get("components") or {}),
+        packages=dict(old.get("packages") or {}),
+        profiles=dict(old.get("profiles") or {}),
+        sets=dict(old.get("python_sets") or {}),
+    )
     try:
-        done: set[str] = set()
-        for plan in plans:  # every source first, so each profile sees all trees
-            for c in plan.components:
-                if c.name not in done:
-                    components[c.name] = locker.component_entry(plan, c)
-                    done.add(c.name)
-        for plan in plans:
-            for p in plan.packages:
-                packages[p.name] = lockfile.package_pin(p)
-                if p.build is not None:
-                    packages[p.name].update(locker.extension_source(p))
-            probes = probe_plan(plan, m.root, locker.ss)
-            results = rules.evaluate(plan, probes)
-            for r in rules.errors(results):
-                if r.rule.id in probes:
-                    locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
-            key = locker.python_set(plan)
-            profiles[plan.profile] = {
-                "components": sorted(c.name for c in plan.components),
-                "packages": sorted(p.name for p in plan.packages),
-                "python_set": key,
-                "probes": {
-                    rid: {"status": probes[rid].status, "detail": probes[rid].detail}
-                    for rid in PROBED_RULES
-                    if rid in probes
-                },
-            }
+        _lock_profiles(m, plans, locker, entries)
     except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
         raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: {exc.one_line()}") from None
-    sets.update(locker.sets)
-    live = {p["python_set"] for p in profiles.values()}
-    used_components = {c for p in profiles.values() for c in p["components"]}
-    used_packages = {c for p in profiles.values() for c in p["packages"]}
-    base = lockfile.base_pin(plans[0])
-    base.update(verified=False, reason=BASE_UNVERIFIED)
-    doc = {
-        "schema": lockfile.LOCK_SCHEMA,
-        "target": {
-            "python": plans[0].python,
-            "platform": pydeps.PLATFORM,
-            "implementation": pydeps.IMPLEMENTATION,
-        },
-        lockfile.CUTOFF_KEY: lockfile.cutoff_entry(cutoff),
-        "base_image": base,
-        "components": {k: components[k] for k in sorted(components) if k in used_components},
-        "packages": {k: packages[k] for k in sorted(packages) if k in used_packages},
-        "profiles": {k: profiles[k] for k in sorted(profiles)},
-        "python_sets": {k: sets[k] for k in sorted(sets) if k in live},
-    }
+    entries.sets.update(locker.sets)
+    doc = _document(plans, cutoff, entries)
     locker.unverified.insert(
-        0, f"base image {base['name']}:{base['tag']}: digest not checked ({BASE_UNVERIFIED.split(';')[0]})"
+        0,
+        f"base image {doc['base_image']['name']}:{doc['base_image']['tag']}: digest not checked "
+        f"({BASE_UNVERIFIED.split(';')[0]})",
     )
     outcome = LockOutcome(
         written=False,
@@ -696,6 +703,98 @@ def lock(
         outcome.cutoff_was = recorded["exclude_newer"] if recorded else ""
     if require_verified and len(locker.unverified) > 0:
         return outcome
+    _write(path, previous, doc, outcome)
+    outcome.elapsed = time.monotonic() - t0
+    outcome.resolve_seconds = locker.resolve_seconds
+    outcome.packages = sum(
+        len(s.get("packages") or {}) for k, s in doc["python_sets"].items() if k in locker.sets
+    )
+    return outcome
+
+
+@dataclass
+class _LockEntries:
+    """lock.yaml's sections as this run builds them (a --profile run starts from the old ones)."""
+
+    components: dict[str, dict]
+    packages: dict[str, dict]
+    profiles: dict[str, dict]
+    sets: dict[str, dict]
+
+
+def _one_pin_per_component(m: manifest.Manifests, plans: list[Plan]) -> None:
+    """One lock.yaml holds one pin per component: profiles that pin one differently are refused."""
+    pins: dict[str, tuple[str, dict]] = {}
+    for plan in plans:
+        for c in plan.components:
+            pin = {**lockfile.component_pin(c), "patches": [lockfile.patch_pin(p) for p in c.patches]}
+            if c.name in pins and pins[c.name][1] != pin:
+                raise InputError(
+                    m.profiles[plan.profile].file,
+                    f"components.{c.name}",
+                    f"profiles {pins[c.name][0]} and {plan.profile} pin {c.name} differently",
+                    "one lock.yaml holds one pin per component: give the variant its own name",
+                )
+            pins[c.name] = (plan.profile, pin)
+
+
+def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: _LockEntries) -> None:
+    """Verify every source first (so each profile sees all trees), then per profile: its
+    packages, the rules its source probes decide, and its Python set."""
+    done: set[str] = set()
+    for plan in plans:
+        for c in plan.components:
+            if c.name not in done:
+                e.components[c.name] = locker.component_entry(plan, c)
+                done.add(c.name)
+    for plan in plans:
+        for p in plan.packages:
+            e.packages[p.name] = lockfile.package_pin(p)
+            if p.build is not None:
+                e.packages[p.name].update(locker.extension_source(p))
+        probes = probe_plan(plan, m.root, locker.ss)
+        results = rules.evaluate(plan, probes)
+        for r in rules.errors(results):
+            if r.rule.id in probes:
+                locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
+        key = locker.python_set(plan)
+        e.profiles[plan.profile] = {
+            "components": sorted(c.name for c in plan.components),
+            "packages": sorted(p.name for p in plan.packages),
+            "python_set": key,
+            "probes": {
+                rid: {"status": probes[rid].status, "detail": probes[rid].detail}
+                for rid in PROBED_RULES
+                if rid in probes
+            },
+        }
+
+
+def _document(plans: list[Plan], cutoff: dict, e: _LockEntries) -> dict:
+    """lock.yaml's document: only what the locked profiles use, every section sorted."""
+    live = {p["python_set"] for p in e.profiles.values()}
+    used_components = {c for p in e.profiles.values() for c in p["components"]}
+    used_packages = {c for p in e.profiles.values() for c in p["packages"]}
+    base = lockfile.base_pin(plans[0])
+    base.update(verified=False, reason=BASE_UNVERIFIED)
+    return {
+        "schema": lockfile.LOCK_SCHEMA,
+        "target": {
+            "python": plans[0].python,
+            "platform": pydeps.PLATFORM,
+            "implementation": pydeps.IMPLEMENTATION,
+        },
+        lockfile.CUTOFF_KEY: lockfile.cutoff_entry(cutoff),
+        "base_image": base,
+        "components": {k: e.components[k] for k in sorted(e.components) if k in used_components},
+        "packages": {k: e.packages[k] for k in sorted(e.packages) if k in used_packages},
+        "profiles": {k: e.profiles[k] for k in sorted(e.profiles)},
+        "python_sets": {k: e.sets[k] for k in sorted(e.sets) if k in live},
+    }
+
+
+def _write(path: Path, previous: dict | None, doc: dict, outcome: LockOutcome) -> None:
+    """Write lock.yaml, unless a file it records would change under the same name."""
     outcome.changes = lockfile.version_changes(previous, doc)
     tampered = lockfile.changed_files(previous, doc)
     if tampered:
@@ -707,9 +806,3 @@ def lock(
         )
     outcome.changed = lockfile.write(path, doc)
     outcome.written = True
-    outcome.elapsed = time.monotonic() - t0
-    outcome.resolve_seconds = locker.resolve_seconds
-    outcome.packages = sum(
-        len(s.get("packages") or {}) for k, s in doc["python_sets"].items() if k in locker.sets
-    )
-    return outcome

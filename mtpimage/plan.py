@@ -281,46 +281,48 @@ def _extension_build(b: dict | None) -> ExtensionBuild | None:
     )
 
 
+def _component(name: str, c: dict) -> Component:
+    """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
+    return Component(
+        name=name,
+        source=c["source"],
+        package=c["package"],
+        layer=c["layer"],
+        repo=c.get("repo"),
+        ref=c.get("ref"),
+        commit=c.get("commit"),
+        version=c.get("version"),
+        index=c.get("index", "pypi"),
+        subdir=c.get("subdir", "."),
+        extras=tuple(c.get("extras", [])),
+        patches=tuple(
+            Patch(
+                p.get("file"),
+                p["sha256"],
+                p["url"],
+                p.get("strip", 1),
+                tuple(p.get("provides", [])),
+                p.get("repo"),
+                p.get("base"),
+                p.get("head"),
+                tuple(p.get("paths", [])),
+            )
+            for p in c.get("patches", [])
+        ),
+        build_requires=tuple(c.get("build_requires", [])),
+        deps_declared=(c.get("dependencies") or {}).get("declared", True),
+        deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
+        entry_checks=tuple(_freeze_dict(e) for e in c.get("entry_checks", [])),
+    )
+
+
 def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
     cat = m.catalogue.data
     data = rp.data
     plat = cat["platform"]
     img = plat["base_image"]
     base = f"{img['name']}:{img['tag']}" + (f"@{img['digest']}" if img.get("digest") else "")
-    components = tuple(
-        Component(
-            name=name,
-            source=c["source"],
-            package=c["package"],
-            layer=c["layer"],
-            repo=c.get("repo"),
-            ref=c.get("ref"),
-            commit=c.get("commit"),
-            version=c.get("version"),
-            index=c.get("index", "pypi"),
-            subdir=c.get("subdir", "."),
-            extras=tuple(c.get("extras", [])),
-            patches=tuple(
-                Patch(
-                    p.get("file"),
-                    p["sha256"],
-                    p["url"],
-                    p.get("strip", 1),
-                    tuple(p.get("provides", [])),
-                    p.get("repo"),
-                    p.get("base"),
-                    p.get("head"),
-                    tuple(p.get("paths", [])),
-                )
-                for p in c.get("patches", [])
-            ),
-            build_requires=tuple(c.get("build_requires", [])),
-            deps_declared=(c.get("dependencies") or {}).get("declared", True),
-            deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
-            entry_checks=tuple(_freeze_dict(e) for e in c.get("entry_checks", [])),
-        )
-        for name, c in rp.components.items()
-    )
+    components = tuple(_component(name, c) for name, c in rp.components.items())
     packages = tuple(
         Package(
             name=name,

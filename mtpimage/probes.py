@@ -17,16 +17,14 @@ import ast
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import rules as rules_mod
 from . import sources
-from .errors import BuilderError
 from .plan import Component, Plan
 from .probespecs import probe_specs
 from .rules import FAIL, NA, PASS, UNKNOWN, Verdict
+from .sources import SourceSet
 
 _SPECS = probe_specs()
 _RECOMPUTE = _SPECS["recompute-padding-mask"]
@@ -279,55 +277,6 @@ def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
 
 
 # ----------------------------------------------------------------------------- the plan
-
-
-@dataclass
-class SourceSet:
-    """Fetched trees of a plan's components, memoized; offline sources remembered, not raised.
-
-    With keep_going (`check --probe-sources`), a source that answered with an error (a
-    missing commit, a refused connection) is remembered in `failed` instead of raised: the
-    probes of every other source still run, and the rules needing this one are UNKNOWN."""
-
-    indexes: dict[str, str] = field(default_factory=dict)  # index name -> URL
-    trees: dict[str, Path] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)  # component -> reason
-    fetcher: Callable[[str, str], sources.Tree] | None = None  # default: sources.fetch
-    keep_going: bool = False
-    failed: dict[str, str] = field(default_factory=dict)  # component -> reason
-
-    def tree(self, comp: Component) -> Path | None:
-        if comp.name in self.trees:
-            return self.trees[comp.name]
-        if comp.name in self.unavailable or comp.name in self.failed:
-            return None
-        if comp.source == "git":
-            try:
-                t = (self.fetcher or sources.fetch)(comp.repo, comp.commit)
-            except sources.GitError as exc:
-                if exc.offline:
-                    self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
-                    return None
-                if not self.keep_going:
-                    raise
-                self.failed[comp.name] = f"{comp.repo} commit {comp.commit[:12]}: git says: {exc.stderr}"
-                return None
-            self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
-            return self.trees[comp.name]
-        from . import pydeps  # PyPI source: its distribution, unpacked
-
-        try:
-            path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
-        except pydeps.IndexUnreachable as exc:
-            self.unavailable[comp.name] = str(exc)
-            return None
-        except BuilderError as exc:
-            if not self.keep_going:
-                raise
-            self.failed[comp.name] = f"{comp.package}=={comp.version}: {exc.one_line()}"
-            return None
-        self.trees[comp.name] = path
-        return path
 
 
 def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:

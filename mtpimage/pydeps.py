@@ -23,7 +23,6 @@ from pathlib import Path
 
 from . import netpolicy, settings
 from .errors import EnvironmentProblem
-from .sources import cache_root
 
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
 # manylinux_2_28 alone is not enough: sglang 0.5.12's wheels are manylinux_2_34. pip 23
@@ -154,7 +153,7 @@ def pip_error(text: str) -> str:
 
 def download_dist(package: str, version: str, index_url: str, python: str = "3.12") -> Path:
     """The wheel of package==version for the target platform, cached under pypi/."""
-    dest = cache_root() / "pypi" / f"{canonical(package)}-{version}"
+    dest = settings.current().cache_root / "pypi" / f"{canonical(package)}-{version}"
     hit = sorted(dest.glob("*.whl")) if dest.is_dir() else []
     if hit:
         return hit[0]

@@ -134,6 +134,65 @@ def _online_marker(key: dict) -> Path:
     return cache_root() / "uv-online" / hashlib.sha256(blob).hexdigest()[:32]
 
 
+def _write_inputs(
+    tmpd: Path, requirements: list[str], stubs: dict, overrides: list[str], excludes: list[str]
+) -> None:
+    """uv's input files: the requirements (stubbed distributions as file URLs of their
+    stand-in wheels), the overrides and the excludes."""
+    wheels = {}
+    for name, spec in sorted(stubs.items()):
+        wheels[canonicalize_name(name)] = pydeps.write_stub_wheel(
+            tmpd, name, spec["version"], list(spec.get("requires") or []), spec.get("extras") or {}
+        )
+    lines = []
+    for line in requirements:
+        name = canonicalize_name(re.split(r"[\[=<>!~ ;@]", line, maxsplit=1)[0])
+        if name in wheels:
+            extras = re.match(r"^[^\[]*(\[[^\]]*\])?", line).group(1) or ""
+            lines.append(f"{name}{extras} @ {wheels[name].as_uri()}")
+        else:
+            lines.append(line)
+    (tmpd / "requirements.in").write_text("".join(f"{x}\n" for x in lines))
+    (tmpd / "overrides.txt").write_text("".join(f"{x}\n" for x in overrides))
+    (tmpd / "excludes.txt").write_text("".join(f"{x}\n" for x in excludes))
+
+
+def _compile_command(
+    tmpd: Path, python: str, index_urls: list[str], find_links: list[str] | None
+) -> list[str]:
+    """`uv pip compile` for the target platform over _write_inputs' files (the cutoff and
+    --offline are added per attempt)."""
+    # not --quiet: uv's warnings name the files that have no upload time
+    cmd = [
+        uv_bin(),
+        "pip",
+        "compile",
+        str(tmpd / "requirements.in"),
+        "--no-header",
+        "--annotation-style",
+        "line",
+        "--python-version",
+        python,
+        "--python-platform",
+        UV_PLATFORM,
+        "--prerelease",
+        "if-necessary-or-explicit",
+        "--overrides",
+        str(tmpd / "overrides.txt"),
+        "--excludes",
+        str(tmpd / "excludes.txt"),
+    ]
+    if index_urls and index_urls[0]:
+        cmd += ["--default-index", pydeps.rewrite(index_urls[0])]
+        for url in index_urls[1:]:
+            cmd += ["--index", pydeps.rewrite(url)]
+    else:
+        cmd += ["--no-index", "--offline"]
+    for link in find_links or []:
+        cmd += ["--find-links", link]
+    return cmd
+
+
 def resolve(
     requirements: list[str],
     stubs: dict,
@@ -155,50 +214,8 @@ def resolve(
 
     with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
         tmpd = Path(tmp)
-        wheels = {}
-        for name, spec in sorted(stubs.items()):
-            wheels[canonicalize_name(name)] = pydeps.write_stub_wheel(
-                tmpd, name, spec["version"], list(spec.get("requires") or []), spec.get("extras") or {}
-            )
-        lines = []
-        for line in requirements:
-            name = canonicalize_name(re.split(r"[\[=<>!~ ;@]", line, maxsplit=1)[0])
-            if name in wheels:
-                extras = re.match(r"^[^\[]*(\[[^\]]*\])?", line).group(1) or ""
-                lines.append(f"{name}{extras} @ {wheels[name].as_uri()}")
-            else:
-                lines.append(line)
-        (tmpd / "requirements.in").write_text("".join(f"{x}\n" for x in lines))
-        (tmpd / "overrides.txt").write_text("".join(f"{x}\n" for x in overrides))
-        (tmpd / "excludes.txt").write_text("".join(f"{x}\n" for x in excludes))
-        # not --quiet: uv's warnings name the files that have no upload time
-        cmd = [
-            uv_bin(),
-            "pip",
-            "compile",
-            str(tmpd / "requirements.in"),
-            "--no-header",
-            "--annotation-style",
-            "line",
-            "--python-version",
-            python,
-            "--python-platform",
-            UV_PLATFORM,
-            "--prerelease",
-            "if-necessary-or-explicit",
-            "--overrides",
-            str(tmpd / "overrides.txt"),
-            "--excludes",
-            str(tmpd / "excludes.txt"),
-        ]
-        if index_urls and index_urls[0]:
-            cmd += ["--default-index", pydeps.rewrite(index_urls[0])]
-            for url in index_urls[1:]:
-                cmd += ["--index", pydeps.rewrite(url)]
-        else:
-            cmd += ["--no-index", "--offline"]
-        for link in find_links or []:
-            cmd += ["--find-links", link]
+        _write_inputs(tmpd, requirements, stubs, overrides, excludes)
+        cmd = _compile_command(tmpd, python, index_urls, find_links)
         holds = dict(exclude_newer_package or {})
         unbounded: set[str] = set()
 

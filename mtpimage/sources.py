@@ -19,11 +19,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import netpolicy, settings
-from .errors import EnvironmentProblem
+from .errors import BuilderError, EnvironmentProblem
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -444,3 +445,54 @@ def commit_diff(
     )
     _DIFFS[key] = (data, files)
     return data, files
+
+
+# ----------------------------------------------------------------------------- a plan's trees
+@dataclass
+class SourceSet:
+    """Fetched trees of a plan's components, memoized; offline sources remembered, not raised.
+
+    With keep_going (`check --probe-sources`), a source that answered with an error (a
+    missing commit, a refused connection) is remembered in `failed` instead of raised: the
+    probes of every other source still run, and the rules needing this one are UNKNOWN."""
+
+    indexes: dict[str, str] = field(default_factory=dict)  # index name -> URL
+    trees: dict[str, Path] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # component -> reason
+    fetcher: Callable[[str, str], Tree] | None = None  # default: fetch
+    keep_going: bool = False
+    failed: dict[str, str] = field(default_factory=dict)  # component -> reason
+
+    def tree(self, comp) -> Path | None:
+        """The tree of a plan's Component (git: its subdir; PyPI: its unpacked distribution)."""
+        if comp.name in self.trees:
+            return self.trees[comp.name]
+        if comp.name in self.unavailable or comp.name in self.failed:
+            return None
+        if comp.source == "git":
+            try:
+                t = (self.fetcher or fetch)(comp.repo, comp.commit)
+            except GitError as exc:
+                if exc.offline:
+                    self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
+                    return None
+                if not self.keep_going:
+                    raise
+                self.failed[comp.name] = f"{comp.repo} commit {comp.commit[:12]}: git says: {exc.stderr}"
+                return None
+            self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
+            return self.trees[comp.name]
+        from . import pydeps  # PyPI source: its distribution, unpacked
+
+        try:
+            path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
+        except pydeps.IndexUnreachable as exc:
+            self.unavailable[comp.name] = str(exc)
+            return None
+        except BuilderError as exc:
+            if not self.keep_going:
+                raise
+            self.failed[comp.name] = f"{comp.package}=={comp.version}: {exc.one_line()}"
+            return None
+        self.trees[comp.name] = path
+        return path

@@ -88,7 +88,7 @@ def cmd_lock(args) -> int:
             "put the override in a profile (stack.overrides) and lock that",
         )
     m = load_for(args)
-    with exclusive(m.root):
+    with exclusive(m.root, waiting=lambda msg: print(msg, file=sys.stderr, flush=True)):
         m = load(m.root)  # as the previous lock run (if any) left them
         out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified, args.exclude_newer)
     if not out.written:

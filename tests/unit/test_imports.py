@@ -222,3 +222,19 @@ def test_only_the_settings_module_reads_mtp_variables():
 def test_the_settings_rule_sees_a_read():
     tree = ast.parse('import os\nos.environ.get("MTP_X")\nos.environ["MTP_Y"]\nk.startswith("MTP_")\n')
     assert _reads_mtp_variable(tree) == [2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- size
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_function_is_over_100_lines():
+    """A function that long does several jobs: split it by stage (as locking.python_set is)."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.name} ({lines})")
+    assert not long, long
