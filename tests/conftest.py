@@ -118,3 +118,14 @@ def docker_available(docker_host) -> DockerHost:
 def registry(docker_host) -> str:
     """host:port of the session's own loopback registry (answering GET /v2/)."""
     return docker_host.registry
+
+
+def pytest_addoption(parser):
+    # One flag regenerates the committed golden renders (tests/golden/, tests/unit/test_golden.py),
+    # as `ci --check` / `ci` do for the workflow: a template change is then reviewed as a diff.
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/ from the current renders instead of comparing with them",
+    )

@@ -28,6 +28,34 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     )
 
 
+def run_main(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`build.py ARGS` in this process, through cli.main(argv), as cibuildwheel's tests do:
+    the same exit status and streams as run_cli, without a Python start per call. For tests
+    of what the CLI decides and prints; run_cli stays for what needs a process (build.py's
+    fast path and bootstrap, signals, a reader that goes away)."""
+    import contextlib
+    import io
+
+    from mtpimage import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env or {})
+    os.environ.pop("MTP_DEBUG", None)
+    try:
+        os.chdir(cwd or REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's own exits (--help, a bad flag)
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["build.py", *args], code, out.getvalue(), err.getvalue())
+
+
 def copy_manifests(tmp: Path) -> Path:
     """A fresh copy of manifests/ (without lock.yaml) at tmp/manifests, replacing any earlier one."""
     dest = tmp / "manifests"

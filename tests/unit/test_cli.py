@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from .helpers import run_cli
+from .helpers import run_main
 
 PROFILES = {"mtp-load-only", "mtp-full", "mtp-detach", "mtp-cp-recompute", "mtp-rollout"}
 UPSTREAM_DETACH = [  # examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh, verl 7bc80c00, in its order
@@ -17,7 +17,7 @@ UPSTREAM_DETACH = [  # examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh, verl 7b
 
 
 def test_list_names_all_five_profiles():
-    proc = run_cli("list")
+    proc = run_main("list")
     assert proc.returncode == 0
     names = {line.split()[0] for line in proc.stdout.splitlines()}
     assert names == PROFILES
@@ -27,7 +27,7 @@ def test_list_names_all_five_profiles():
 
 
 def test_list_json():
-    rows = json.loads(run_cli("list", "--json").stdout)
+    rows = json.loads(run_main("list", "--json").stdout)
     assert {r["name"] for r in rows} == PROFILES
     modes = {r["name"]: r["mode"] for r in rows}
     assert modes == {
@@ -40,14 +40,14 @@ def test_list_json():
 
 
 def test_check_passes_for_all_profiles():
-    proc = run_cli("check")
+    proc = run_main("check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in PROFILES:
         assert re.search(rf"^{name}: ok", proc.stdout, re.M), proc.stdout
 
 
 def test_check_refuses_core_v018_with_full_recompute():
-    proc = run_cli(
+    proc = run_main(
         "check",
         "--profile",
         "mtp-cp-recompute",
@@ -60,7 +60,7 @@ def test_check_refuses_core_v018_with_full_recompute():
 
 
 def test_check_accepts_core_v019_with_full_recompute():
-    proc = run_cli(
+    proc = run_main(
         "check",
         "--profile",
         "mtp-cp-recompute",
@@ -75,7 +75,7 @@ def test_check_accepts_core_v019_with_full_recompute():
 
 
 def test_explain_detach_rl_prints_upstream_lines_in_order():
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl")
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl")
     assert proc.returncode == 0
     lines = [l for l in proc.stdout.splitlines() if not l.startswith("#")]
     mtp = [l for l in lines if ".mtp." in l]
@@ -84,7 +84,7 @@ def test_explain_detach_rl_prints_upstream_lines_in_order():
 
 
 def test_explain_detach_sft_uses_model_mtp_only():
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "sft")
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "sft")
     assert proc.returncode == 0
     assert "actor_rollout_ref" not in proc.stdout
     lines = [l for l in proc.stdout.splitlines() if not l.startswith("#")]
@@ -95,7 +95,7 @@ def test_explain_detach_sft_uses_model_mtp_only():
 
 
 def test_explain_cp_recompute_has_engine_overrides():
-    rl = run_cli("explain", "--profile", "mtp-cp-recompute", "--target", "rl", "--json")
+    rl = run_main("explain", "--profile", "mtp-cp-recompute", "--target", "rl", "--json")
     data = json.loads(rl.stdout)
     tc = "actor_rollout_ref.actor.megatron.override_transformer_config."
     for line in (
@@ -105,14 +105,14 @@ def test_explain_cp_recompute_has_engine_overrides():
         "actor_rollout_ref.actor.megatron.context_parallel_size=2",
     ):
         assert line in data["overrides"]
-    sft = json.loads(run_cli("explain", "--profile", "mtp-cp-recompute", "--target", "sft", "--json").stdout)
+    sft = json.loads(run_main("explain", "--profile", "mtp-cp-recompute", "--target", "sft", "--json").stdout)
     assert "engine.override_transformer_config.recompute_granularity=full" in sft["overrides"]
     assert "engine.context_parallel_size=2" in sft["overrides"]
 
 
 def test_explain_modes_differ_as_documented():
     def mtp_fields(profile):
-        data = json.loads(run_cli("explain", "--profile", profile, "--target", "rl", "--json").stdout)
+        data = json.loads(run_main("explain", "--profile", profile, "--target", "rl", "--json").stdout)
         return [l.split("mtp.")[1] for l in data["overrides"] if ".mtp." in l]
 
     assert mtp_fields("mtp-load-only") == ["enable=True"]
@@ -124,7 +124,7 @@ def test_explain_modes_differ_as_documented():
 def test_explain_warns_about_model_without_mtp(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "qwen2", "num_nextn_predict_layers": 0}))
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert proc.returncode == 0
     assert "no MTP layers" in proc.stdout and "no-op" in proc.stdout
 
@@ -134,29 +134,29 @@ def test_explain_warns_about_mimo_position_embeddings(tmp_path):
     cfg.write_text(
         json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1, "max_position_embeddings": 4096})
     )
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert "32768" in proc.stdout and "no MTP layers" not in proc.stdout
     cfg.write_text(
         json.dumps({"model_type": "mimo", "num_nextn_predict_layers": 1, "max_position_embeddings": 32768})
     )
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert "# warning" not in proc.stdout
 
 
 def test_explain_bad_model_config_is_input_error(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text("{not json")
-    proc = run_cli("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert proc.returncode == 2 and "config.json" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_explain_unsupported_target():
-    proc = run_cli("explain", "--profile", "mtp-rollout", "--target", "sft")
+    proc = run_main("explain", "--profile", "mtp-rollout", "--target", "sft")
     assert proc.returncode == 2 and "supports rl only" in proc.stderr
 
 
 def test_dry_run_prints_plan_without_docker():
-    proc = run_cli(
+    proc = run_main(
         "--profile",
         "mtp-cp-recompute",
         "--dry-run",
@@ -171,7 +171,7 @@ def test_dry_run_prints_plan_without_docker():
 
 
 def test_dry_run_json_and_set():
-    proc = run_cli(
+    proc = run_main(
         "--profile",
         "mtp-cp-recompute",
         "--dry-run",

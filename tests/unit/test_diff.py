@@ -15,7 +15,7 @@ from mtpimage import manifest, vvdiff
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
 
-from .helpers import REPO, assert_one_line_error, run_cli
+from .helpers import REPO, assert_one_line_error, run_main
 
 CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
 CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
@@ -88,7 +88,7 @@ def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
 
 
 def test_cli_text_for_detach_vs_cp_recompute():
-    proc = run_cli("diff", "mtp-detach", "mtp-cp-recompute")
+    proc = run_main("diff", "mtp-detach", "mtp-cp-recompute")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert re.match(r"A: mtp-detach  \(profile, plan [0-9a-f]{12}\)\nB: mtp-cp-recompute  ", out)
@@ -105,7 +105,7 @@ def test_cli_text_for_detach_vs_cp_recompute():
 
 def test_a_megatron_pin_difference_is_shown_when_present():
     """--set applies to B: `diff P P --set ...` shows what the pin change does to P."""
-    proc = run_cli(
+    proc = run_main(
         "diff", "mtp-cp-recompute", "mtp-cp-recompute", "--json", "--set", f"megatron-lm.commit={CORE_V018}"
     )
     assert proc.returncode == 0, proc.stderr
@@ -116,7 +116,7 @@ def test_a_megatron_pin_difference_is_shown_when_present():
     assert diffs[("components", "megatron-lm", "ref")] == ("core_v0.19.0", "override")
     assert diffs[("components", "megatron-lm", "version")][1] is None
     assert all(k[0] == "components" and k[1] == "megatron-lm" for k in diffs)
-    text = run_cli(
+    text = run_main(
         "diff", "mtp-detach", "mtp-cp-recompute", "--set", f"megatron-lm.commit={CORE_V018}"
     ).stdout
     assert f"components: megatron-lm\n  commit: {CORE_V019} -> {CORE_V018}" in text
@@ -127,7 +127,7 @@ def test_set_a_changes_only_a(m):
     cs = changes(m, "mtp-detach", "mtp-detach", sets_a=[f"megatron-lm.commit={CORE_V018}"])
     commit = next(c for c in cs if c.field == "commit")
     assert (commit.a, commit.b) == (CORE_V018, CORE_V019)
-    proc = run_cli(
+    proc = run_main(
         "diff",
         "mtp-detach",
         "mtp-detach",
@@ -145,7 +145,7 @@ def test_package_version_and_patches_are_shown(m):
     assert (torch.item, torch.field, torch.b) == ("torch", "version", "2.10.0")
     patches = next(c for c in cs if c.item == "sglang" and c.field == "patches")
     assert patches.b == [] and patches.a == [SGLANG_PATCH]
-    proc = run_cli("diff", "mtp-detach", "mtp-detach", "--set", "sglang.patches=")
+    proc = run_main("diff", "mtp-detach", "mtp-detach", "--set", "sglang.patches=")
     assert f"components: sglang\n  patch - {SGLANG_PATCH}\n" in proc.stdout
 
 
@@ -184,16 +184,16 @@ def test_mode_targets_and_removed_target_overrides(m):
 
 
 def test_identical_profiles_have_no_differences_and_exit_code_flag():
-    proc = run_cli("diff", "mtp-full", "mtp-full")
+    proc = run_main("diff", "mtp-full", "mtp-full")
     assert proc.returncode == 0 and "no differences in the version vectors" in proc.stdout
-    assert run_cli("diff", "mtp-full", "mtp-full", "--exit-code").returncode == 0
-    assert run_cli("diff", "mtp-full", "mtp-detach", "--exit-code").returncode == 1
+    assert run_main("diff", "mtp-full", "mtp-full", "--exit-code").returncode == 0
+    assert run_main("diff", "mtp-full", "mtp-detach", "--exit-code").returncode == 1
 
 
 def test_help_and_readme_say_diff_exits_0_when_the_sides_differ_without_exit_code():
-    differ = run_cli("diff", "mtp-full", "mtp-detach")
+    differ = run_main("diff", "mtp-full", "mtp-detach")
     assert differ.returncode == 0 and differ.stdout.strip()
-    help_text = " ".join(run_cli("diff", "--help").stdout.split())
+    help_text = " ".join(run_main("diff", "--help").stdout.split())
     assert "Exit status: 0 whether or not A and B differ" in help_text, help_text
     assert "--exit-code exit 1 when A and B differ (without it diff exits 0 either way)" in help_text
     readme = " ".join((REPO / "README.md").read_text().split())
@@ -255,24 +255,24 @@ def test_cli_diff_of_version_vector_files(m, tmp_path):
     a.write_text(json.dumps(vec))
     vec["engine"]["context_parallel_size"] = 8
     b.write_text(json.dumps(vec))
-    proc = run_cli("diff", str(a), str(b))
+    proc = run_main("diff", str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     assert "context_parallel_size: 1 -> 8" in proc.stdout and proc.stdout.rstrip().endswith("1 difference")
-    proc = run_cli("diff", "mtp-detach", str(b), "--json")
+    proc = run_main("diff", "mtp-detach", str(b), "--json")
     data = json.loads(proc.stdout)
     assert data["b"]["kind"] == "file" and len(data["differences"]) == 1
 
 
 def test_bad_sides_are_one_line_errors(tmp_path):
     assert_one_line_error(
-        run_cli("diff", "mtp-detach", "no-such-profile"), "no-such-profile", "mtp-cp-recompute"
+        run_main("diff", "mtp-detach", "no-such-profile"), "no-such-profile", "mtp-cp-recompute"
     )
     assert_one_line_error(
-        run_cli("diff", "mtp-detach", "ghcr.io/a/img:1", "--set", "verl.ref=x"), "--set", "profiles only"
+        run_main("diff", "mtp-detach", "ghcr.io/a/img:1", "--set", "verl.ref=x"), "--set", "profiles only"
     )
     bad = tmp_path / "v.json"
     bad.write_text("{oops")
-    assert_one_line_error(run_cli("diff", "mtp-detach", str(bad)), "v.json")
+    assert_one_line_error(run_main("diff", "mtp-detach", str(bad)), "v.json")
 
 
 # -- reading the vector out of an image (the engine seam, faked) -----------------------------
@@ -357,7 +357,7 @@ def test_image_without_vector_or_missing_image_is_an_input_error():
 
 
 def test_unreachable_docker_is_an_environment_error(tmp_path):
-    proc = run_cli(
+    proc = run_main(
         "diff",
         "mtp-detach",
         "ghcr.io/acme/mtp-verl:mtp-detach",

@@ -7,7 +7,7 @@ import json
 from mtpimage import manifest
 from mtpimage.plan import build_plan
 
-from .helpers import run_cli
+from .helpers import run_main
 
 
 def plan(profile, sets=None):
@@ -17,8 +17,8 @@ def plan(profile, sets=None):
 
 
 def test_same_inputs_same_bytes_across_processes():
-    a = run_cli("--profile", "mtp-detach", "--dry-run", "--json").stdout
-    b = run_cli("--profile", "mtp-detach", "--dry-run", "--json").stdout
+    a = run_main("--profile", "mtp-detach", "--dry-run", "--json").stdout
+    b = run_main("--profile", "mtp-detach", "--dry-run", "--json").stdout
     assert a == b
     assert json.loads(a)["digest"] == plan("mtp-detach").digest
 
@@ -66,7 +66,7 @@ def test_build_requires_are_installed_right_before_their_source():
 
 
 def test_build_requires_must_be_exact():
-    proc = run_cli("check", "--profile", "mtp-detach", "--set", "verl.build_requires=setuptools")
+    proc = run_main("check", "--profile", "mtp-detach", "--set", "verl.build_requires=setuptools")
     assert proc.returncode == 2
 
 
@@ -107,10 +107,10 @@ def test_one_identity_everywhere():
     from mtpimage.render import render
 
     want = render(plan("mtp-detach"), manifest.DEFAULT_MANIFESTS).image()
-    dry = json.loads(run_cli("--profile", "mtp-detach", "--dry-run", "--json").stdout)["image"]
-    listed = {r["name"]: r["image"] for r in json.loads(run_cli("list", "--json").stdout)}["mtp-detach"]
-    checked = {r["profile"]: r["image"] for r in json.loads(run_cli("check", "--json").stdout)}["mtp-detach"]
-    explained = run_cli("explain", "--profile", "mtp-detach", "--target", "rl").stdout
+    dry = json.loads(run_main("--profile", "mtp-detach", "--dry-run", "--json").stdout)["image"]
+    listed = {r["name"]: r["image"] for r in json.loads(run_main("list", "--json").stdout)}["mtp-detach"]
+    checked = {r["profile"]: r["image"] for r in json.loads(run_main("check", "--json").stdout)}["mtp-detach"]
+    explained = run_main("explain", "--profile", "mtp-detach", "--target", "rl").stdout
     assert dry == listed == checked == want
     assert f"# image: {want}" in explained
     assert not hasattr(plan("mtp-detach"), "tag")

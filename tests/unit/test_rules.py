@@ -9,7 +9,7 @@ import pytest
 from mtpimage import manifest, rules
 from mtpimage.plan import build_plan
 
-from .helpers import copy_manifests, edit_yaml, run_cli
+from .helpers import copy_manifests, edit_yaml, run_main
 
 BAD_018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
 BAD_0182 = "571370c829ca768fe37244f4e2e7f28d8accc4ab"
@@ -214,7 +214,7 @@ def test_unpinned_ref_base_without_digest(tmp_path):
 def test_unpinned_ref_git_source_without_commit():
     # Switching a PyPI component to git without naming a commit leaves it floating;
     # the schema catches the missing commit before the rule can.
-    proc = run_cli(
+    proc = run_main(
         "check",
         "--profile",
         "mtp-detach",
@@ -240,6 +240,6 @@ def test_full_mode_warning():
 
 
 def test_warnings_do_not_fail_check():
-    proc = run_cli("check", "--profile", "mtp-full")
+    proc = run_main("check", "--profile", "mtp-full")
     assert proc.returncode == 0
     assert "WARNING full-mode-changes-training" in proc.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import assert_one_line_error, copy_manifests, edit_yaml, run_cli, snapshot
+from .helpers import assert_one_line_error, copy_manifests, edit_yaml, run_main, snapshot
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def mdir(tmp_path: Path) -> Path:
 
 def check(mdir: Path, *extra: str):
     before = snapshot(mdir.parent)
-    proc = run_cli("check", "--manifests", str(mdir), *extra)
+    proc = run_main("check", "--manifests", str(mdir), *extra)
     assert snapshot(mdir.parent) == before, "a failed check must not write anything"
     return proc
 
@@ -57,12 +57,12 @@ def test_short_commit(mdir):
 
 
 def test_short_commit_on_command_line():
-    proc = run_cli("check", "--profile", "mtp-cp-recompute", "--set", "megatron-lm.commit=5be9626")
+    proc = run_main("check", "--profile", "mtp-cp-recompute", "--set", "megatron-lm.commit=5be9626")
     assert_one_line_error(proc, "--set", "megatron-lm.commit", "40-hex")
 
 
 def test_unknown_set_field():
-    proc = run_cli("check", "--profile", "mtp-detach", "--set", "megatron-lm.colour=red")
+    proc = run_main("check", "--profile", "mtp-detach", "--set", "megatron-lm.colour=red")
     assert_one_line_error(proc, "--set", "megatron-lm.colour", "unknown key")
 
 
@@ -182,7 +182,7 @@ def test_wrong_schema_version(mdir):
 
 
 def test_unknown_profile():
-    assert_one_line_error(run_cli("check", "--profile", "mtp-nope"), "unknown profile", "mtp-detach")
+    assert_one_line_error(run_main("check", "--profile", "mtp-nope"), "unknown profile", "mtp-detach")
 
 
 def test_unknown_layer(mdir):

@@ -11,7 +11,7 @@ import yaml
 
 from mtpimage import manifest, workflow
 
-from .helpers import REPO, copy_manifests, run_cli
+from .helpers import REPO, copy_manifests, run_main
 
 IMAGES = REPO / workflow.IMAGES_WORKFLOW
 TESTS = REPO / workflow.TESTS_WORKFLOW
@@ -53,7 +53,7 @@ def repo_copy(tmp_path):
 
 # -- freshness --------------------------------------------------------------------------------
 def test_ci_check_passes_on_the_repository():
-    proc = run_cli("ci", "--check")
+    proc = run_main("ci", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "up to date" in proc.stdout
 
@@ -74,17 +74,17 @@ def test_check_names_the_stale_file_and_exits_1(repo_copy):
         "schema_version: 1\nname: mtp-extra\nextends: mtp-detach\nsummary: one more image\n"
         "engine:\n  context_parallel_size: 4\n"
     )
-    proc = run_cli("ci", "--check", "--root", str(root), "--manifests", str(man))
+    proc = run_main("ci", "--check", "--root", str(root), "--manifests", str(man))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ".github/workflows/images.yml is stale" in proc.stderr
     assert "tests.yml" not in proc.stderr  # unaffected by profiles
     assert "+          - profile: mtp-extra" in proc.stdout  # the diff shows why
     assert "python build.py ci" in proc.stderr  # and the fix
     # Regenerating fixes it; a second run changes nothing.
-    assert run_cli("ci", "--root", str(root), "--manifests", str(man)).returncode == 0
-    again = run_cli("ci", "--root", str(root), "--manifests", str(man))
+    assert run_main("ci", "--root", str(root), "--manifests", str(man)).returncode == 0
+    again = run_main("ci", "--root", str(root), "--manifests", str(man))
     assert "unchanged .github/workflows/images.yml" in again.stdout
-    assert run_cli("ci", "--check", "--root", str(root), "--manifests", str(man)).returncode == 0
+    assert run_main("ci", "--check", "--root", str(root), "--manifests", str(man)).returncode == 0
     data = load((root / workflow.IMAGES_WORKFLOW).read_text())
     assert {"profile": "mtp-extra"} in data["jobs"]["publish"]["strategy"]["matrix"]["include"]
 
@@ -93,10 +93,10 @@ def test_check_fails_when_workflow_is_missing_or_hand_edited(repo_copy):
     root, man = repo_copy
     path = root / workflow.IMAGES_WORKFLOW
     path.write_text(path.read_text().replace("timeout-minutes: 240", "timeout-minutes: 5", 1))
-    proc = run_cli("ci", "--check", "--root", str(root), "--manifests", str(man))
+    proc = run_main("ci", "--check", "--root", str(root), "--manifests", str(man))
     assert proc.returncode == 1 and "images.yml is stale" in proc.stderr
     (root / workflow.TESTS_WORKFLOW).unlink()
-    proc = run_cli("ci", "--check", "--root", str(root), "--manifests", str(man))
+    proc = run_main("ci", "--check", "--root", str(root), "--manifests", str(man))
     assert proc.returncode == 1 and "tests.yml is stale" in proc.stderr
 
 
@@ -252,7 +252,7 @@ def test_default_registry_is_ghcr_of_the_lowercased_owner(images, generated):
 def test_custom_registry_is_baked_in_and_kept(repo_copy):
     root, man = repo_copy
     reg = "registry.example.com:5000/ml-team"
-    proc = run_cli("ci", "--root", str(root), "--manifests", str(man), "--registry", reg)
+    proc = run_main("ci", "--root", str(root), "--manifests", str(man), "--registry", reg)
     assert proc.returncode == 0, proc.stderr
     text = (root / workflow.IMAGES_WORKFLOW).read_text()
     assert f"# registry: {reg}" in text
@@ -268,8 +268,8 @@ def test_custom_registry_is_baked_in_and_kept(repo_copy):
     assert not any(s.get("uses", "").startswith("docker/login-action@") for s in steps(data["jobs"]["test"]))
     assert "packages" not in data["jobs"]["test"]["permissions"]
     # Without --registry, `ci` and `ci --check` keep the committed registry.
-    assert run_cli("ci", "--check", "--root", str(root), "--manifests", str(man)).returncode == 0
-    run_cli("ci", "--root", str(root), "--manifests", str(man))
+    assert run_main("ci", "--check", "--root", str(root), "--manifests", str(man)).returncode == 0
+    run_main("ci", "--root", str(root), "--manifests", str(man))
     assert (root / workflow.IMAGES_WORKFLOW).read_text() == text
 
 
@@ -285,7 +285,7 @@ def test_custom_registry_is_baked_in_and_kept(repo_copy):
     ],
 )
 def test_bad_registry_is_one_line_input_error(bad, tmp_path):
-    proc = run_cli("ci", "--check", "--root", str(tmp_path), "--registry", bad)
+    proc = run_main("ci", "--check", "--root", str(tmp_path), "--registry", bad)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "HOST[:PORT]/NAMESPACE" in proc.stderr
     assert not (tmp_path / ".github").exists()
@@ -354,12 +354,12 @@ def test_summary_of_a_pull_request_build_says_not_pushed():
 
 
 def test_summary_command_never_fails_the_job(tmp_path):
-    proc = run_cli("summary", "--profile", "mtp-full", str(tmp_path / "missing.json"))
+    proc = run_main("summary", "--profile", "mtp-full", str(tmp_path / "missing.json"))
     assert proc.returncode == 0 and "### mtp-full" in proc.stdout
     assert "stopped before writing" in proc.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    proc = run_cli("summary", "--profile", "mtp-full", str(bad))
+    proc = run_main("summary", "--profile", "mtp-full", str(bad))
     assert proc.returncode == 0 and "unreadable" in proc.stdout
     good = tmp_path / "good.json"
     good.write_text(
@@ -367,7 +367,7 @@ def test_summary_command_never_fails_the_job(tmp_path):
             {"profile": "mtp-full", "pushed": True, "digest": DIGEST, "references": ["ghcr.io/a/mtp-verl:t"]}
         )
     )
-    proc = run_cli("summary", "--profile", "mtp-full", str(good))
+    proc = run_main("summary", "--profile", "mtp-full", str(good))
     assert f"docker pull ghcr.io/a/mtp-verl@{DIGEST}" in proc.stdout
 
 
@@ -406,6 +406,6 @@ def test_ci_refuses_a_broken_profile(tmp_path):
     (man / "profiles" / "broken.yaml").write_text(
         "schema_version: 1\nname: broken\nextends: base\nsummary: x\nmode: no-such-mode\n"
     )
-    proc = run_cli("ci", "--check", "--root", str(tmp_path), "--manifests", str(man))
+    proc = run_main("ci", "--check", "--root", str(tmp_path), "--manifests", str(man))
     assert proc.returncode == 2 and "broken.yaml" in proc.stderr, proc.stderr
     assert not (tmp_path / ".github").exists()
