@@ -111,6 +111,12 @@ class ContainerEngine(ABC):
     def history(self, ref: str) -> list[tuple[int, str]]:
         """(bytes, the instruction that made it) per layer of a local image, oldest first."""
 
+    def rootfs(self, ref: str) -> tuple[list[str], list[str]] | None:
+        """(the diff IDs of its layers, oldest first; its config's Env) of a local image, for
+        the reuse of in-image checks (checkreuse.py). None: this engine cannot tell, and the
+        checks run in full."""
+        return None
+
     @abstractmethod
     def tag(self, src: str, ref: str) -> None: ...
 

@@ -304,6 +304,11 @@ class DockerEngine(ContainerEngine):
             rows.append((int(size or 0), created))
         return rows[::-1]  # docker history lists newest first
 
+    def rootfs(self, ref: str) -> tuple[list[str], list[str]] | None:
+        proc = docker("image", "inspect", "--format", "{{json .RootFS.Layers}}\t{{json .Config.Env}}", ref)
+        layers, _, env = _text(proc.stdout).strip().partition("\t")
+        return json.loads(layers or "null") or [], json.loads(env or "null") or []
+
     def tag(self, src: str, ref: str) -> None:
         docker("tag", src, ref)
 

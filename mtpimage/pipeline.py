@@ -102,6 +102,7 @@ class MainJob:
     registry: Registry | None = None  # set: push after the tests pass
     build: BuildOptions = field(default_factory=BuildOptions)
     gpu: bool = False
+    full_checks: bool = False  # run every in-image check, none reused (imagetest.run_checks)
     summary_file: Path | None = None
 
 
@@ -210,9 +211,9 @@ def extension_labels(wheels: dict) -> dict[str, str]:
     }
 
 
-def run_tests(image: str, gpu: bool, say: Say = _say) -> imagetest.TestReport:
+def run_tests(image: str, gpu: bool, say: Say = _say, full: bool = False) -> imagetest.TestReport:
     say(f"test    in-image checks on {image[:40]}")
-    report = imagetest.run_checks(image, gpu=gpu)
+    report = imagetest.run_checks(image, gpu=gpu, full=full)
     say(report.table())
     return report
 
@@ -302,7 +303,8 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         state, image_id = UP_TO_DATE, local_id
     else:
         image_id = build_image(plan, rendered, job.build, say)
-        report = run_tests(image_id, job.gpu, say)
+        report = run_tests(image_id, job.gpu, say, full=job.full_checks)
+        summary["checks"] = report.summary()
         if not report.ok:
             raise TestsFailed(
                 f"in-image checks failed; no tag was set or moved (image {image_id[:19]} left untagged)"

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """In-image checks of the MTP image builder. Copied into every image at /opt/mtp/checks/.
 
-    python /opt/mtp/checks/run_checks.py [--json] [--gpu] [--only ID ...]
+    python /opt/mtp/checks/run_checks.py [--json] [--gpu] [--only ID ...] [--reuse GROUP=DIGEST ...]
 
-Checks (each reports pass, fail or skip, with a detail):
-  imports        import every installed distribution's top-level modules, each in its own
-                 subprocess (modules listed in import_skip.txt need a GPU at import: skipped)
+Checks (each reports pass, fail or skip, with a detail and its time in seconds):
+  imports        import every installed distribution's top-level modules, each alone: in a
+                 child forked from a fork server (import_server.py; torch preloaded for the
+                 modules that import it), or in a fresh interpreter where a child cannot
+                 vouch for a fresh interpreter's verdict (modules listed in import_skip.txt
+                 need a GPU at import: skipped)
   pip-check      `pip check`: no broken or conflicting requirements
   versions       every installed component and package matches /opt/mtp/version.json:
                  commits of git sources (also as pip records them: direct_url.json),
@@ -18,6 +21,12 @@ Checks (each reports pass, fail or skip, with a detail):
                  variables, the venv's python first on PATH (/etc/profile.d/mtp-env.sh)
   gpu            images/checks/gpu_check.py, only with --gpu
 
+--reuse GROUP=DIGEST: the host holds the results of GROUP from an image with the same
+lower layers, proved with these inputs (see REUSABLE); when this image's inputs of GROUP
+hash to DIGEST the group is reported as one `reused` placeholder instead of being run.
+MTP_IMPORT_TIMEOUT (seconds per module, 300), MTP_IMPORT_PRELOAD (comma list, torch),
+MTP_IMPORT_FORK=0 (one fresh interpreter per module, as before) tune the import check.
+
 A check that reports how many things it checked (`checked`) and checked none is a skip,
 whatever it returned: a pass must mean something was looked at.
 
@@ -27,22 +36,32 @@ Exit status 0 when nothing failed, 1 otherwise. Standard library only.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import glob
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 VECTOR = Path(os.environ.get("MTP_VERSION_VECTOR", "/opt/mtp/version.json"))
 RECORDS = Path("/opt/mtp/installed")
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Not a verdict of this run: the host asked to reuse a group whose inputs are unchanged, and
+# puts the recorded results in its place (mtpimage/imagetest.py).
+REUSED = "reused"
 
 
 def result(cid: str, status: str, detail: str, checked: int | None = None) -> dict:
@@ -98,19 +117,259 @@ def top_level_modules(dist) -> set[str]:
     return {n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", n) and not n.startswith("__")}
 
 
-def _import_one(module: str) -> tuple[str, int, str]:
+# Each module is imported alone, as a fresh `python -c "import m"` would, so one module's side
+# effects or crash cannot hide another's failure. A fresh interpreter per module pays Python's
+# and torch's start-up ~280 times on the real stack, so a fork server (import_server.py)
+# imports the heavy common base once and forks a child per module; a child's verdict stands
+# only where it is a fresh interpreter's: every failure, crash, hang and every module that
+# did not itself import the preload first is imported again in a fresh interpreter, whose
+# verdict is the one reported (README, "In-image checks", for what this leaves open).
+IMPORT_TIMEOUT = float(os.environ.get("MTP_IMPORT_TIMEOUT") or 300)
+# Measured on the real stack (bench/RESULTS.md): torch is the one module most others import,
+# and the largest share of their import time; MTP_IMPORT_PRELOAD replaces it (comma list).
+PRELOAD = ("torch",)
+SERVER = HERE / "import_server.py"
+# A server that says nothing for this long past the per-module timeout is stuck itself.
+SERVER_GRACE = 60.0
+
+
+# One module's verdict: ok, the error (or crash, timeout), how it was imported (fork:bare,
+# fork:heavy, or fresh and why) and how long that took.
+Imported = collections.namedtuple("Imported", "ok detail how seconds")
+
+
+def preload_names() -> tuple[str, ...]:
+    env = os.environ.get("MTP_IMPORT_PRELOAD")
+    return PRELOAD if env is None else tuple(env.replace(",", " ").split())
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _import_one(module: str, timeout: float | None = None) -> tuple[str, int, str]:
+    timeout = IMPORT_TIMEOUT if timeout is None else timeout
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300, cwd="/"
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd="/",
         )
     except subprocess.TimeoutExpired:
-        return module, 124, "timed out after 300 s"
+        return module, 124, f"timed out after {timeout:g} s"
     lines = (proc.stderr or "").strip().splitlines()
     return module, proc.returncode, lines[-1] if lines else ""
 
 
-def check_imports() -> list[dict]:
-    skips = skip_list()
+def import_fresh(module: str, timeout: float, why: str = "fresh") -> Imported:
+    started = time.monotonic()
+    _m, rc, last = _import_one(module, timeout)
+    if rc < 0:
+        last = f"crashed: {_signal_name(-rc)}" + (f" ({last})" if last else "")
+    return Imported(rc == 0, last, why, time.monotonic() - started)
+
+
+def _from_server(kind: str, seconds: str, detail: str) -> Imported:
+    """A child's verdict; only `ok` stands (the others are imported again, fresh)."""
+    if kind == "crash" and detail.startswith("signal "):
+        number, _, last = detail[len("signal ") :].partition(":")
+        detail = f"crashed: {_signal_name(int(number))}" + (f" ({last.strip()})" if last.strip() else "")
+    return Imported(kind == "ok", detail, kind, float(seconds))
+
+
+class ForkServer:
+    """One import_server.py process: modules go in on its stdin as they come, its output lines
+    come out as events (server, fields), then (server, None) at its end."""
+
+    def __init__(self, name: str, events: queue.Queue, job: list[str]):
+        self.name = name
+        self.sent: set[str] = set()
+        self.reported: set[str] = set()
+        self.open = True
+        boot = f"exec(compile(open({str(SERVER)!r}).read(), {str(SERVER)!r}, 'exec'))"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", boot],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd="/",
+        )
+        self._write("\n".join(job) + "\nstart\n")
+        threading.Thread(target=self._pump, args=(events,), daemon=True).start()
+
+    def _pump(self, events: queue.Queue) -> None:
+        for line in self.proc.stdout:
+            events.put((self, line.rstrip("\n").split("\t")))
+        events.put((self, None))
+
+    def _write(self, text: str) -> bool:
+        try:
+            self.proc.stdin.write(text)
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):  # it ended: the caller imports fresh
+            self.open = False
+            return False
+
+    def send(self, module: str, prefix: str = "") -> bool:
+        """prefix: the file the bare child wrote when the module asked for the preload."""
+        if self.open and self._write(f"module {module} {prefix}".rstrip() + "\n"):
+            self.sent.add(module)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.close()
+        self.proc.kill()
+        self.proc.wait()
+
+    def unreported(self) -> set[str]:
+        return self.sent - self.reported
+
+
+class ImportRun:
+    """Import each module alone (module docstring of import_server.py): the preload in its own
+    fresh interpreter; every other module in a child of a server without preload, handed to a
+    server that preloaded the heavy base when it asks for it; every verdict a child cannot
+    vouch for (failure, crash, hang, suspect), and every module a server left, again in a
+    fresh interpreter, whose verdict is the one reported."""
+
+    def __init__(self, modules: list[str], preload: list[str], timeout: float, jobs: int):
+        self.modules, self.preload, self.timeout, self.jobs = modules, preload, timeout, jobs
+        self.forked: dict[str, Imported] = {}
+        self.fresh_runs: dict[str, concurrent.futures.Future] = {}
+        self.notes: list[str] = []
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def fresh(self, module: str, why: str) -> None:
+        if module not in self.fresh_runs:
+            self.fresh_runs[module] = self.pool.submit(import_fresh, module, self.timeout, why)
+
+    def _job(self, tmp: str, preload: list[str], handoff: list[str]) -> list[str]:
+        return [f"timeout {self.timeout}", f"jobs {self.jobs}", f"tmp {tmp}"] + [
+            f"{key} {name}" for key, names in (("preload", preload), ("handoff", handoff)) for name in names
+        ]
+
+    def on_result(self, server: ForkServer, fields: list[str], heavy: ForkServer | None) -> None:
+        _r, module, kind, seconds, detail = fields
+        server.reported.add(module)
+        if kind == "ok":
+            self.forked[module] = Imported(True, "", f"fork:{server.name}", float(seconds))
+        elif kind == "needs" and heavy is not None and heavy.send(module, detail.partition(" ")[2]):
+            pass  # asked for the heavy base: the server that preloaded it imports it
+        else:
+            said = _from_server(kind, seconds, detail)
+            self.fresh(module, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
+
+    def on_end(self, server: ForkServer, heavy: ForkServer | None) -> None:
+        for module in sorted(server.unreported()):
+            self.fresh(module, f"fresh: fork:{server.name} ended first")
+        if heavy is not None and server is not heavy:
+            heavy.close()  # the bare server hands off nothing more
+
+    def loop(self, events: queue.Queue, bare: ForkServer, heavy: ForkServer | None) -> None:
+        live = {bare} | ({heavy} if heavy else set())
+        while live:
+            try:
+                server, fields = events.get(timeout=self.timeout + SERVER_GRACE)
+            except queue.Empty:
+                self.notes.append(f"the fork servers said nothing for {self.timeout + SERVER_GRACE:g} s")
+                for server in live:
+                    server.stop()
+                    self.on_end(server, None)
+                return
+            if fields is None:
+                live.discard(server)
+                self.on_end(server, heavy)
+            elif fields[0] == "result" and len(fields) == 5:
+                self.on_result(server, fields, heavy)
+            elif fields[0] == "fallback":
+                self.notes.append(f"fork:{server.name}: {' '.join(fields[1:])}")
+                server.close()
+
+    def run(self) -> dict[str, Imported]:
+        rest = [m for m in self.modules if m not in self.preload]
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as self.pool:
+            with tempfile.TemporaryDirectory(prefix="mtp-imports-") as tmp:
+                for module in self.preload:  # checked like any module: alone, fresh
+                    self.fresh(module, "fresh: preloaded")
+                events: queue.Queue = queue.Queue()
+                os.makedirs(os.path.join(tmp, "bare"))
+                bare = ForkServer("bare", events, self._job(os.path.join(tmp, "bare"), [], self.preload))
+                heavy = None
+                if self.preload:
+                    os.makedirs(os.path.join(tmp, "heavy"))
+                    heavy = ForkServer(
+                        "heavy", events, self._job(os.path.join(tmp, "heavy"), self.preload, [])
+                    )
+                for module in rest:
+                    if not bare.send(module):
+                        self.fresh(module, "fresh: fork:bare did not start")
+                bare.close()
+                try:
+                    self.loop(events, bare, heavy)
+                finally:
+                    for server in (bare, heavy):
+                        if server is not None:
+                            server.stop()
+            return {**self.forked, **{m: f.result() for m, f in self.fresh_runs.items()}}
+
+
+def import_modules(
+    modules: list[str], preload=None, timeout: float | None = None, jobs: int | None = None
+) -> tuple[dict[str, Imported], dict]:
+    """Each module's verdict, imported alone, and how they were reached (the preload, notes)."""
+    timeout = IMPORT_TIMEOUT if timeout is None else timeout
+    jobs = jobs or min(8, os.cpu_count() or 2)
+    preload = [p for p in (preload_names() if preload is None else preload) if p in modules]
+    if os.environ.get("MTP_IMPORT_FORK", "1") == "0":
+        # the way before the fork servers: one fresh interpreter per module (bench/imports.py)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            futures = {m: pool.submit(import_fresh, m, timeout) for m in modules}
+            return {m: f.result() for m, f in futures.items()}, {
+                "preload": [],
+                "notes": ["MTP_IMPORT_FORK=0"],
+            }
+    run = ImportRun(modules, preload, timeout, jobs)
+    verdicts = run.run()
+    return verdicts, {"preload": preload, "notes": run.notes}
+
+
+def _how(verdicts: dict[str, Imported], info: dict) -> str:
+    """How the modules were imported, for the check's detail."""
+    count = {
+        k: sum(v.how.startswith(k) for v in verdicts.values())
+        for k in ("fork:bare", "fork:heavy", "fresh: preloaded", "fresh after")
+    }
+    other = len(verdicts) - sum(count.values())
+    text = f"{count['fork:bare']} in forked fresh interpreters"
+    if info["preload"]:
+        text += f", {count['fork:heavy']} forked after preloading {', '.join(info['preload'])}"
+        text += f" ({count['fresh: preloaded']} preloaded: fresh)"
+    if count["fresh after"] or other:
+        text += f", {count['fresh after'] + other} again in a fresh interpreter (the fork could not vouch)"
+    if info["notes"]:
+        text += f" [{'; '.join(info['notes'])}]"
+    slow = sorted(verdicts.items(), key=lambda kv: -kv[1].seconds)[:3]
+    return text + "; slowest: " + ", ".join(f"{m} {v.seconds:.1f} s" for m, v in slow)
+
+
+def discover_modules() -> tuple[dict[str, str], list[str]]:
+    """module -> its distribution, and the modules listed but not shipped."""
     modules: dict[str, str] = {}
     absent: list[str] = []
     for dist in importlib.metadata.distributions():
@@ -122,26 +381,29 @@ def check_imports() -> list[dict]:
                 absent.append(f"{mod} ({name})")
                 continue
             modules.setdefault(mod, name)
+    return modules, absent
+
+
+def check_imports() -> list[dict]:
+    skips = skip_list()
+    modules, absent = discover_modules()
     todo = sorted(m for m in modules if m.split(".")[0] not in skips)
     skipped = sorted(m for m in modules if m.split(".")[0] in skips)
-    failures = []
-    workers = min(8, (os.cpu_count() or 2))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for module, rc, last in pool.map(_import_one, todo):
-            if rc != 0:
-                failures.append(f"{module} ({modules[module]}): {last}")
-        # the skip list proves itself: a skipped module that imports fine is a stale entry
-        for module, rc, _last in pool.map(_import_one, skipped):
-            if rc == 0:
-                failures.append(
-                    f"{module} ({modules[module]}): in import_skip.txt but imports fine here "
-                    "(remove it from the skip list)"
-                )
+    verdicts, info = import_modules(todo + skipped)
+    failures = [f"{m} ({modules[m]}): {verdicts[m].detail}" for m in todo if not verdicts[m].ok]
+    # the skip list proves itself: a skipped module that imports fine is a stale entry
+    failures += [
+        f"{m} ({modules[m]}): in import_skip.txt but imports fine here (remove it from the skip list)"
+        for m in skipped
+        if verdicts[m].ok
+    ]
     detail = f"{len(todo) - len(failures)}/{len(todo)} top-level modules import"
     if skipped:
         detail += f"; skipped (not a module, or GPU at import): {', '.join(skipped)}"
     if absent:
         detail += f"; listed in top_level.txt but not shipped: {', '.join(sorted(absent))}"
+    if verdicts:
+        detail += "; " + _how(verdicts, info)
     if failures:
         return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures), len(todo))]
     return [result("imports", PASS, detail, len(todo))]
@@ -574,8 +836,52 @@ def check_entrypoints(vector: dict) -> list[dict]:
     return out
 
 
+# ------------------------------------------------------------------------------- reuse
+# The groups whose verdict depends only on what is installed (the layers below the mode
+# layer, which the host records by their diff IDs) and on what they read from the mode
+# layer: the checks' own files and their slice of the version vector, hashed here. The host
+# passes --reuse GROUP=DIGEST for a group that passed on an image with the same lower layers;
+# with the same digest here it is not run again. The other groups (cuda-runtime, login-shell,
+# entrypoints, gpu) read the mode layer's environment and overrides: they always run.
+REUSABLE = {
+    "imports": (("run_checks.py", "import_server.py", "import_skip.txt"), ()),
+    "pip-check": (("run_checks.py",), ("resolution", "components")),
+    "versions": (("run_checks.py",), ("components", "packages", "python_packages", "substitutions")),
+    "probes": (("run_checks.py",), ("probes", "components")),
+}
+
+
+def inputs_digest(gid: str, vector: dict) -> str | None:
+    """sha256 of what a reusable group reads from the mode layer; None for the others."""
+    spec = REUSABLE.get(gid)
+    if spec is None:
+        return None
+    files, keys = spec
+    h = hashlib.sha256(gid.encode() + b"\0")
+    for name in files:
+        path = HERE / name
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
+    h.update(json.dumps({k: vector.get(k) for k in keys}, sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()
+
+
+def run_group(gid: str, fn, digest: str | None, reuse: dict[str, str]) -> list[dict]:
+    """One group's results, each with its group, its time and (reusable groups) its inputs."""
+    if digest is not None and reuse.get(gid) == digest:
+        placeholder = result(gid, REUSED, "inputs unchanged since the run that proved them")
+        return [{**placeholder, "group": gid, "inputs": digest, "seconds": 0.0}]
+    started = time.monotonic()
+    try:
+        results = fn()
+    except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check
+        results = [result(gid, FAIL, f"check crashed: {type(exc).__name__}: {exc}")]
+    seconds = round(time.monotonic() - started, 3)
+    extra = {"group": gid} if digest is None else {"group": gid, "inputs": digest}
+    return [{"seconds": seconds, **settle(r), **extra} for r in results]
+
+
 # ------------------------------------------------------------------------------- main
-def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
+def run(gpu: bool = False, only: list[str] | None = None, reuse: dict[str, str] | None = None) -> list[dict]:
     vector = json.loads(VECTOR.read_text())
     groups = [
         ("imports", check_imports),
@@ -591,16 +897,23 @@ def run(gpu: bool = False, only: list[str] | None = None) -> list[dict]:
     for gid, fn in groups:
         if only and gid not in only:
             continue
-        try:
-            results.extend(fn())
-        except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check
-            results.append(result(gid, FAIL, f"check crashed: {type(exc).__name__}: {exc}"))
-    return [settle(r) for r in results]
+        results.extend(run_group(gid, fn, inputs_digest(gid, vector), reuse or {}))
+    return results
 
 
 def table(results: list[dict]) -> str:
     width = max(len(r["id"]) for r in results)
-    return "\n".join(f"{r['status'].upper():<5} {r['id']:<{width}}  {r['detail']}" for r in results)
+    return "\n".join(
+        f"{r['status'].upper():<6} {r['id']:<{width}} {r.get('seconds', 0.0):>7.1f}s  {r['detail']}"
+        for r in results
+    )
+
+
+def _reuse_arg(text: str) -> tuple[str, str]:
+    gid, sep, digest = text.partition("=")
+    if not sep or gid not in REUSABLE:
+        raise argparse.ArgumentTypeError(f"{text!r}: want GROUP=DIGEST, GROUP one of {', '.join(REUSABLE)}")
+    return gid, digest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -608,8 +921,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--gpu", action="store_true", help="also run gpu_check.py (needs a GPU)")
     ap.add_argument("--only", nargs="*", help="check groups to run")
+    ap.add_argument(
+        "--reuse",
+        action="append",
+        type=_reuse_arg,
+        default=[],
+        metavar="GROUP=DIGEST",
+        help="do not run GROUP when its inputs digest is DIGEST: report it `reused` (the host "
+        "holds its results from an image with the same lower layers)",
+    )
     args = ap.parse_args(argv)
-    results = run(args.gpu, args.only)
+    results = run(args.gpu, args.only, dict(args.reuse))
     failed = any(r["status"] == FAIL for r in results)
     if args.json:
         print(json.dumps({"ok": not failed, "results": results}, sort_keys=True))

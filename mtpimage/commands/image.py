@@ -1,7 +1,7 @@
 """Render, build, test and publish images: the command line of the image stages.
 
   python build.py render --profile NAME [--out DIR] [--with-sources]
-  python build.py test --profile NAME [--image REF] [--gpu]
+  python build.py test --profile NAME [--image REF] [--gpu] [--full-checks]
   python build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
 
 The main job itself is pipeline.py's; this module parses its options into a MainJob.
@@ -58,6 +58,7 @@ def main_job(args, manifests, plan) -> MainJob:
         registry=reg,
         build=build_options(args),
         gpu=getattr(args, "gpu", False),
+        full_checks=getattr(args, "full_checks", False),
         summary_file=getattr(args, "summary_file", None),
     )
 
@@ -117,7 +118,7 @@ def cmd_test(args) -> int:
         if publish.local_id(image) is None:
             _say(f"{image} is not built yet: building it (untagged) to test it")
             image = build_image(plan, rendered, build_options(args), _say)
-    report = run_tests(image, args.gpu, _say)
+    report = run_tests(image, args.gpu, _say, full=args.full_checks)
     if not report.ok:
         raise TestsFailed(
             f"in-image checks failed for {image}: "
@@ -164,6 +165,13 @@ def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
         default=d if not main else False,
         help="also run the GPU check in the test container (needs a GPU)",
     )
+    p.add_argument(
+        "--full-checks",
+        action="store_true",
+        default=d if not main else False,
+        help="run every in-image check, also those an image with the same lower layers passed "
+        "(by default those are reported as reused)",
+    )
 
 
 def register(subparsers, add_common) -> None:
@@ -188,7 +196,14 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--image", help="image to test (default: the profile's identity tag; built if missing)")
     _build_options(p, main=False)
     p.set_defaults(
-        func=cmd_test, gpu=False, ca_bundle=None, netrc=None, builder=None, progress=None, no_cache=False
+        func=cmd_test,
+        gpu=False,
+        full_checks=False,
+        ca_bundle=None,
+        netrc=None,
+        builder=None,
+        progress=None,
+        no_cache=False,
     )
 
 

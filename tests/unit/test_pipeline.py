@@ -3,6 +3,7 @@ with every step replaced by a recorder (no Docker, no registry)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -29,7 +30,10 @@ def steps(monkeypatch):
     monkeypatch.setattr(
         pipeline,
         "run_tests",
-        lambda image, gpu, say: calls.append(f"test {image}") or SimpleNamespace(ok=state["tests_ok"]),
+        lambda image, gpu, say, full=False: (
+            calls.append(f"test {image}" + (" full" if full else ""))
+            or SimpleNamespace(ok=state["tests_ok"], summary=lambda: {"ok": state["tests_ok"]})
+        ),
     )
     monkeypatch.setattr(
         publish, "tag", lambda src, ref: calls.append(f"tag {ref.split(':')[-1].split('-')[0]}")
@@ -60,6 +64,14 @@ def test_steps_run_in_order(steps, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pushed"] and summary["digest"] == DIGEST
     assert f"pyxis     srun --container-image=127.0.0.1:5000#ns/mtp-verl@{DIGEST}" in said
+
+
+def test_full_checks_reach_the_test_step_and_the_summary_has_the_checks(steps, tmp_path):
+    calls, _ = steps
+    job = dataclasses.replace(_job(tmp_path), full_checks=True)
+    pipeline.run(job, say=lambda _: None)
+    assert f"test {IMAGE_ID} full" in calls
+    assert json.loads((tmp_path / "summary.json").read_text())["checks"] == {"ok": True}
 
 
 def test_failed_tests_tag_nothing_and_still_write_the_summary(steps, tmp_path):

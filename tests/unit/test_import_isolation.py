@@ -1,0 +1,184 @@
+"""The import check's fork servers (images/checks/run_checks.py + import_server.py), run on
+this interpreter with fake packages on PYTHONPATH: every module is still judged as a fresh
+`python -c "import m"` would judge it. A crash, a hang, a module that pollutes global state
+and modules whose import fails only in isolation are each caught; a preload that fails or
+initialises CUDA falls back to fresh interpreters."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+
+import pytest
+
+from mtpimage.render import IMAGES_DIR
+
+CHECKS = IMAGES_DIR / "checks"
+
+FAKES = {
+    "good.py": "import json\n",
+    "bad.py": "raise ImportError('nope')\n",
+    "aborts.py": "import os\nos.abort()\n",
+    "segv.py": "import ctypes\nctypes.string_at(0)\n",
+    "hangs.py": "import time\ntime.sleep(600)\n",
+    # pollutes what every later import in its process would see
+    "polluter.py": "import builtins, sys\nsys.modules['json'] = None\nbuiltins.len = None\n",
+    "uses_json.py": "import json\njson.dumps({})\nlen([])\n",
+    # the heavy base the tests preload (torch on the real stack)
+    "basepkg/__init__.py": textwrap.dedent(
+        """\
+        import os
+        if os.environ.get("BASEPKG_BREAK"):
+            raise RuntimeError("basepkg broken by the environment")
+        READY = True
+        """
+    ),
+    "user.py": "import basepkg\nX = basepkg.READY\n",
+    # fail only in isolation: each relies on the preload having happened first
+    "needs_base.py": "import sys\nsys.modules['basepkg'].READY\n",
+    "env_then_base.py": "import os\nos.environ['BASEPKG_BREAK'] = '1'\nimport basepkg\n",
+    "peeks.py": "import sys\nif 'basepkg' not in sys.modules:\n    raise ImportError('basepkg first')\nimport basepkg\n",
+    "brokenbase.py": "raise RuntimeError('the preload itself is broken')\n",
+    "uses_broken.py": "import brokenbase\n",
+}
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    root = tmp_path / "site"
+    for name, text in FAKES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.delenv("MTP_IMPORT_FORK", raising=False)
+    return root
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", CHECKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rc():
+    return _load("run_checks")
+
+
+def _imports(rc, modules, preload=("basepkg",), timeout=30.0):
+    """The preload is among the modules checked, as torch is in the image (only an installed
+    module is preloaded)."""
+    modules = list(dict.fromkeys([*modules, *preload]))
+    return rc.import_modules(modules, preload=list(preload), timeout=timeout, jobs=2)
+
+
+def test_each_verdict_is_a_fresh_interpreters(rc, site):
+    modules = [m for m in ("good", "bad", "aborts", "segv", "polluter", "uses_json", "basepkg", "user")] + [
+        "needs_base",
+        "env_then_base",
+        "peeks",
+    ]
+    verdicts, _info = _imports(rc, modules)
+    fresh = {m: rc._import_one(m, 30)[1] == 0 for m in modules}
+    assert {m: v.ok for m, v in verdicts.items()} == fresh
+    assert fresh == {
+        "good": True,
+        "bad": False,
+        "aborts": False,
+        "segv": False,
+        "polluter": True,
+        "uses_json": True,
+        "basepkg": True,
+        "user": True,
+        "needs_base": False,
+        "env_then_base": False,
+        "peeks": False,
+    }
+
+
+def test_children_do_the_work_not_fresh_interpreters(rc, site):
+    verdicts, info = _imports(rc, ["good", "user", "basepkg"])
+    assert verdicts["good"].how == "fork:bare"
+    assert verdicts["user"].how == "fork:heavy"  # forked after the preload: no start-up paid
+    assert verdicts["basepkg"].how == "fresh: preloaded"  # the preload is checked alone
+    assert info == {"preload": ["basepkg"], "notes": []}
+
+
+def test_a_crash_is_reported_with_its_signal(rc, site):
+    verdicts, _ = _imports(rc, ["aborts", "segv", "good"])
+    assert "SIGABRT" in verdicts["aborts"].detail
+    assert "SIGSEGV" in verdicts["segv"].detail
+    assert verdicts["good"].ok
+
+
+def test_a_hung_module_is_killed_at_the_timeout(rc, site):
+    verdicts, _ = _imports(rc, ["hangs", "good"], timeout=1.0)
+    assert not verdicts["hangs"].ok
+    assert verdicts["hangs"].detail == "timed out after 1 s"
+    assert verdicts["hangs"].how.startswith("fresh after fork:bare said timeout")  # killed by the server
+    assert verdicts["good"].ok and verdicts["good"].how == "fork:bare"
+
+
+def test_global_state_pollution_stays_in_its_child(rc, site):
+    verdicts, _ = _imports(rc, ["polluter", "uses_json", "good"], preload=())
+    # in a child of its own: after the polluter, json and len still work for the others
+    assert verdicts["uses_json"].ok and verdicts["uses_json"].how == "fork:bare"
+    assert verdicts["good"].ok and verdicts["polluter"].ok
+
+
+def test_what_fails_only_in_isolation_is_caught(rc, site):
+    verdicts, _ = _imports(rc, ["needs_base", "env_then_base", "peeks"])
+    assert "KeyError" in verdicts["needs_base"].detail  # uses the preload without importing it
+    assert "RuntimeError" in verdicts["env_then_base"].detail  # sets the environment first
+    assert "basepkg first" in verdicts["peeks"].detail  # asks sys.modules first
+
+
+def test_a_child_that_acts_differently_with_the_preload_is_imported_again(rc, site):
+    site.joinpath("differs.py").write_text(
+        "import sys\nif 'basepkg' in sys.modules:\n    import json\nimport basepkg\n"
+    )
+    verdicts, _ = _imports(rc, ["differs"])
+    assert verdicts["differs"].ok  # it imports fine in a fresh interpreter ...
+    assert verdicts["differs"].how.startswith("fresh after fork:heavy said suspect")  # ... which decided
+
+
+def test_a_broken_preload_falls_back_to_fresh_interpreters(rc, site):
+    verdicts, info = _imports(rc, ["brokenbase", "uses_broken", "good"], preload=("brokenbase",))
+    assert not verdicts["brokenbase"].ok and not verdicts["uses_broken"].ok
+    assert verdicts["good"].ok
+    assert any("preloading brokenbase failed" in n for n in info["notes"])
+
+
+def test_cuda_initialised_by_the_preload_means_no_fork(rc, site):
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text(
+        "class cuda:\n    @staticmethod\n    def is_initialized():\n        return True\n"
+    )
+    (site / "uses_torch.py").write_text("import torch\n")
+    verdicts, info = _imports(rc, ["torch", "uses_torch", "good"], preload=("torch",))
+    assert all(v.ok for v in verdicts.values())
+    assert verdicts["uses_torch"].how.startswith("fresh")
+    assert any("CUDA was initialised" in n for n in info["notes"])
+
+
+def test_the_old_way_is_one_switch_away(rc, site, monkeypatch):
+    monkeypatch.setenv("MTP_IMPORT_FORK", "0")
+    verdicts, info = _imports(rc, ["good", "bad"], preload=())
+    assert {m: (v.ok, v.how) for m, v in verdicts.items()} == {
+        "good": (True, "fresh"),
+        "bad": (False, "fresh"),
+    }
+    assert info["notes"] == ["MTP_IMPORT_FORK=0"]
+
+
+def test_libraries_mapped_before_the_preload_from_other_files_clash():
+    server = _load("import_server").Server(
+        {"timeout": "1", "jobs": "1", "tmp": "/tmp", "preload": [], "handoff": []}, print
+    )
+    server.libraries = {"libcudart": {"/torch/lib/libcudart.so.13.0.1"}}
+    assert server.conflicts({"/other/libcudart.so.13.1.0", "/x/libfoo.so"}) == ["/other/libcudart.so.13.1.0"]
+    assert server.conflicts({"/torch/lib/libcudart.so.13.0.1", "/x/libfoo.so"}) == []
