@@ -202,7 +202,9 @@ def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
                 "install the buildx plugin or drop --builder",
             )
         argv = [kit.cli, "build"]
-    argv += ["--iidfile", str(iidfile), "--progress", req.progress]
+    # a local export has no image: the CLI fails "server did not provide an image ID" after
+    # the files were written when asked for one (seen with docker 20.10)
+    argv += ([] if req.output_dir else ["--iidfile", str(iidfile)]) + ["--progress", req.progress]
     if req.target:
         argv += ["--target", req.target]
     if req.output_dir:
