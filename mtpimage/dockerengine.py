@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import settings
+from . import buildlog, settings
 from .containerengine import (
     BuildFailed,
     BuildRequest,
@@ -237,8 +237,11 @@ def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
     return argv + ["-"]
 
 
-def _stream_build(argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool) -> tuple:
-    """Run the build with the context on stdin, echoing its output; (returncode, last lines)."""
+def _stream_build(
+    argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool, watch=None
+) -> tuple:
+    """Run the build with the context on stdin, echoing its output; (returncode, last lines).
+    `watch` (a buildlog.Watcher) reads every line: pip's refusals span more than the tail."""
     log = open(log_path, "wb") if log_path else None
     try:
         proc = subprocess.Popen(
@@ -260,6 +263,8 @@ def _stream_build(argv: list[str], env: dict, context: bytes, log_path: Path | N
                 log.write(raw)
             line = _text(raw)
             tail = (tail + [line.rstrip()])[-25:]
+            if watch is not None:
+                watch.feed(line)
             if echo:
                 sys.stderr.write(line)
                 sys.stderr.flush()
@@ -285,9 +290,15 @@ class DockerEngine(ContainerEngine):
             env["DOCKER_BUILDKIT"] = "1"
         with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
             iidfile = Path(tmp) / "iid"
-            code, tail = _stream_build(build_argv(kit, req, iidfile), env, req.context_tar, log_path, echo)
+            watch = buildlog.Watcher()
+            code, tail = _stream_build(
+                build_argv(kit, req, iidfile), env, req.context_tar, log_path, echo, watch
+            )
             if code != 0:
-                raise BuildFailed("build failed: " + " | ".join(t for t in tail[-6:] if t.strip()))
+                # a file that changed under its locked URL, as one line; else the log's last lines
+                raise BuildFailed(
+                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
+                )
             return "" if req.output_dir else iidfile.read_text().strip()
 
     def image_id(self, ref: str) -> str | None:
