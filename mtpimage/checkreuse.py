@@ -10,10 +10,12 @@ hashed in the image as their `inputs`) need not run again there.
 The record, one file per set of lower layers under `<cache root>/checks/<key>.json`, key =
 sha256 of the lower layers' diff IDs and the image's environment without the mode layer's
 own variables:
-    {"lower_layers": [...], "groups": {GROUP: {"inputs": "sha256:...", "image": "sha256:<ID of
-     the image whose run proved it>", "results": [the results of that run]}}}
-Written after a run, for each group that ran there and did not fail. The next image with the
-same key gets `--reuse GROUP=INPUTS` for each recorded group; run_checks.py reports a group
+    {"schema": 2, "groups": {GROUP: {INPUTS: {"image": "sha256:<ID of the image whose run
+     proved it>", "results": [that run's results of GROUP]}}}}
+Written after a run, for each group that ran there and did not fail; one proof per inputs, so
+profiles whose mode layers differ in a group's inputs (their probes) keep theirs side by side.
+The next image with the same key gets `--reuse GROUP=INPUTS` for each recorded proof (the
+newest PROOFS_PER_GROUP per group); run_checks.py reports a group
 whose inputs are unchanged as a placeholder, replaced here by the recorded results with
 status `reused` and `proved_by` (that image's ID). --full-checks skips the lookup (the record
 is still written).
@@ -28,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 REUSED = "reused"
+PROOFS_PER_GROUP = 8  # bounds the command line; the oldest proofs go first
 MODE_LAYER = "COPY mtp/ /opt/mtp/"  # images/partials/mode.j2
 # Dockerfile instructions that change only the image config, never a layer.
 CONFIG_ONLY = (
@@ -88,7 +91,7 @@ def load(root: Path, key: str) -> dict:
         data = json.loads(record_path(root, key).read_text())
     except (OSError, ValueError):
         return {"groups": {}}  # none yet, or unreadable: the checks run in full and rewrite it
-    return data if isinstance(data.get("groups"), dict) else {"groups": {}}
+    return data if isinstance(data.get("groups"), dict) and data.get("schema") == 2 else {"groups": {}}
 
 
 def save(root: Path, key: str, record: dict) -> None:
@@ -102,19 +105,21 @@ def save(root: Path, key: str, record: dict) -> None:
 
 
 def reuse_args(record: dict) -> list[str]:
-    return [a for gid, g in sorted(record["groups"].items()) for a in ("--reuse", f"{gid}={g['inputs']}")]
+    pairs = [(gid, d) for gid, proofs in sorted(record["groups"].items()) for d in sorted(proofs)]
+    return [a for gid, d in pairs for a in ("--reuse", f"{gid}={d}")]
 
 
 def expand(results: list[dict], record: dict) -> list[dict]:
     """Each placeholder of a reused group replaced by the results that proved it."""
     out = []
     for r in results:
-        proof = record["groups"].get(r.get("group", ""), {})
+        proof = record["groups"].get(r.get("group", ""), {}).get(r.get("inputs", ""), {})
         if r.get("status") != REUSED:
             out.append(r)
-        elif proof.get("inputs") == r.get("inputs") and proof.get("results"):
+        elif proof.get("results"):
+            # this run spent no time on them: their time was the proving run's
             out += [
-                {**p, "status": REUSED, "was": p["status"], "proved_by": proof["image"]}
+                {**p, "status": REUSED, "was": p["status"], "proved_by": proof["image"], "seconds": 0.0}
                 for p in proof["results"]
             ]
         else:  # run_checks.py only reuses what it was told to: a record that changed meanwhile
@@ -130,12 +135,12 @@ def remember(record: dict, results: list[dict], image_id: str) -> bool:
     for r in results:
         if r.get("inputs") and r.get("status") != REUSED:
             groups.setdefault(r["group"], []).append(r)
-    changed = False
     for gid, rs in groups.items():
-        if any(r["status"] == "fail" for r in rs):
-            record["groups"].pop(gid, None)  # a failed group is never reused
-            changed = True
-        else:
-            record["groups"][gid] = {"inputs": rs[0]["inputs"], "image": image_id, "results": rs}
-            changed = True
-    return changed
+        proofs = record["groups"].setdefault(gid, {})
+        proofs.pop(rs[0]["inputs"], None)  # a failed group is never reused; a passed one moves up
+        if not any(r["status"] == "fail" for r in rs):
+            proofs[rs[0]["inputs"]] = {"image": image_id, "results": rs}
+        for old in list(proofs)[:-PROOFS_PER_GROUP]:
+            del proofs[old]
+    record["schema"] = 2
+    return bool(groups)

@@ -865,9 +865,9 @@ def inputs_digest(gid: str, vector: dict) -> str | None:
     return "sha256:" + h.hexdigest()
 
 
-def run_group(gid: str, fn, digest: str | None, reuse: dict[str, str]) -> list[dict]:
+def run_group(gid: str, fn, digest: str | None, reuse: dict[str, set[str]]) -> list[dict]:
     """One group's results, each with its group, its time and (reusable groups) its inputs."""
-    if digest is not None and reuse.get(gid) == digest:
+    if digest is not None and digest in reuse.get(gid, ()):
         placeholder = result(gid, REUSED, "inputs unchanged since the run that proved them")
         return [{**placeholder, "group": gid, "inputs": digest, "seconds": 0.0}]
     started = time.monotonic()
@@ -881,7 +881,10 @@ def run_group(gid: str, fn, digest: str | None, reuse: dict[str, str]) -> list[d
 
 
 # ------------------------------------------------------------------------------- main
-def run(gpu: bool = False, only: list[str] | None = None, reuse: dict[str, str] | None = None) -> list[dict]:
+def run(
+    gpu: bool = False, only: list[str] | None = None, reuse: dict[str, set[str]] | None = None
+) -> list[dict]:
+    """reuse: group -> the inputs digests the host holds results for (--reuse)."""
     vector = json.loads(VECTOR.read_text())
     groups = [
         ("imports", check_imports),
@@ -927,11 +930,14 @@ def main(argv: list[str] | None = None) -> int:
         type=_reuse_arg,
         default=[],
         metavar="GROUP=DIGEST",
-        help="do not run GROUP when its inputs digest is DIGEST: report it `reused` (the host "
-        "holds its results from an image with the same lower layers)",
+        help="do not run GROUP when its inputs digest is DIGEST (repeatable, also per group): report "
+        "it `reused` (the host holds its results from an image with the same lower layers)",
     )
     args = ap.parse_args(argv)
-    results = run(args.gpu, args.only, dict(args.reuse))
+    reuse: dict[str, set[str]] = {}
+    for gid, digest in args.reuse:
+        reuse.setdefault(gid, set()).add(digest)
+    results = run(args.gpu, args.only, reuse)
     failed = any(r["status"] == FAIL for r in results)
     if args.json:
         print(json.dumps({"ok": not failed, "results": results}, sort_keys=True))

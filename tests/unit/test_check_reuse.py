@@ -144,6 +144,7 @@ def test_a_mode_layer_change_reuses_what_the_lower_layers_proved(host, tmp_path)
     versions = _by_id(second)["versions"]
     assert versions["status"] == "reused" and versions["was"] == "pass"
     assert versions["proved_by"] == host.image_id("detach")
+    assert versions["seconds"] == 0.0  # the time was the proving run's, not this one's
     assert _by_id(second)["entrypoints"]["status"] != "reused"  # reads the mode layer: runs
     table = second.table()
     assert "REUSED versions" in table and f"proved by {host.image_id('detach')[:19]}" in table
@@ -192,3 +193,14 @@ def test_a_placeholder_without_its_record_fails():
     }
     [r] = checkreuse.expand([placeholder], {"groups": {}})
     assert r["status"] == "fail"
+
+
+def test_proofs_of_other_inputs_stay_side_by_side():
+    record = {"groups": {}}
+    for image, inputs in (("sha256:1", "sha256:a"), ("sha256:2", "sha256:b")):
+        result = {"id": "probes", "group": "probes", "status": "pass", "inputs": inputs, "detail": image}
+        assert checkreuse.remember(record, [result], image)
+    assert checkreuse.reuse_args(record) == ["--reuse", "probes=sha256:a", "--reuse", "probes=sha256:b"]
+    placeholder = {"id": "probes", "group": "probes", "status": "reused", "inputs": "sha256:a"}
+    [r] = checkreuse.expand([placeholder], record)
+    assert (r["status"], r["proved_by"], r["detail"]) == ("reused", "sha256:1", "sha256:1")
