@@ -12,6 +12,8 @@ pinned by sha256 in a `build:` block of the test catalogue. Nothing here needs a
      no builder stage (BuildKit's cache is never pruned here: a shared machine);
   3. the sdist changes under the same URL: a machine without the cached sdist refuses it, one
      line naming the package, the URL, both sha256 and the fix, and tags nothing.
+While another build on the same dockerd compiles an extension, this one's builder stage and
+its layers wait for it: both mount the ccache and pip caches with sharing=locked.
 """
 
 from __future__ import annotations
