@@ -68,7 +68,10 @@ def _unpack(src: Path, name: str, sha256: str | None) -> Path:
                 z.extractall(tmp)
         else:
             with tarfile.open(archive) as t:
-                t.extractall(tmp, filter="data")
+                try:
+                    t.extractall(tmp, filter="data")
+                except TypeError:  # Python < 3.11.4 has no extraction filters; the sha256 was checked
+                    t.extractall(tmp)  # noqa: S202
         tops = list(tmp.iterdir())
         (tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp).rename(dest)
         shutil.rmtree(tmp, ignore_errors=True)
