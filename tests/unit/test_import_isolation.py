@@ -182,3 +182,26 @@ def test_libraries_mapped_before_the_preload_from_other_files_clash():
     server.libraries = {"libcudart": {"/torch/lib/libcudart.so.13.0.1"}}
     assert server.conflicts({"/other/libcudart.so.13.1.0", "/x/libfoo.so"}) == ["/other/libcudart.so.13.1.0"]
     assert server.conflicts({"/torch/lib/libcudart.so.13.0.1", "/x/libfoo.so"}) == []
+
+
+def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc):
+    vector = {
+        "substitutions": [{"what": "omitted", "detail": "flash-attn==2.8.3"}],
+        "components": [
+            {
+                "entry_checks": [
+                    {"id": "first", "code": "import json"},
+                    {"id": "gone", "needs": ["flash-attn"]},
+                ]
+            },
+            {"entry_checks": [{"id": "broken", "code": "raise SystemExit('no trainer')"}]},
+        ],
+    }
+    results = rc.check_entrypoints(vector)
+    assert [(r["id"], r["status"]) for r in results] == [
+        ("entry:first", "pass"),
+        ("entry:gone", "skip"),
+        ("entry:broken", "fail"),
+    ]
+    assert results[2]["detail"] == "no trainer"
+    assert all(isinstance(r["seconds"], float) for r in (results[0], results[2]))
