@@ -49,7 +49,7 @@ def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypat
     assert got == want
     # the collisions of the real metadata, settled the declared way
     assert "flash-attn-4" not in got
-    assert got["transformers"] == "5.6.2" and Version(got["kernels"]) < Version("0.11")
+    assert got["transformers"] == "5.10.4" and Version(got["kernels"]) < Version("0.11")
     assert Version(got["setuptools"]) < Version("82") and got["triton"] == "3.6.0"  # torch's own pins
 
 
