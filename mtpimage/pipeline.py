@@ -211,6 +211,29 @@ def extension_labels(wheels: dict) -> dict[str, str]:
     }
 
 
+def attach_sbom(
+    job: MainJob, rendered: Rendered, client, digest: str, fresh: bool, summary: dict, say: Say = _say
+) -> str:
+    """Attach the plan's SBOM (sbom.py) to the pushed image `digest` (sbomattach.py); -> its
+    reference. `fresh`: this run built the image, so its SBOM (which knows the wheels it
+    compiled) replaces any; otherwise an SBOM already attached stays. With --summary-file it
+    is also written beside the summary, as `<profile>.sbom.cdx.json`."""
+    from . import sbom, sbomattach
+
+    there = None if fresh else sbomattach.attached(client, IMAGE_REPOSITORY, digest)
+    if there is not None:
+        ref = f"{client.registry.ref(IMAGE_REPOSITORY, sbomattach.sbom_tag(digest))}@{there}"
+    else:
+        data = sbom.for_rendered(rendered)
+        ref = sbomattach.attach(client, IMAGE_REPOSITORY, digest, data, sbom.file_name(job.plan.profile))
+        if job.summary_file:
+            job.summary_file.parent.mkdir(parents=True, exist_ok=True)
+            (job.summary_file.parent / sbom.file_name(job.plan.profile)).write_bytes(data)
+    say(f"sbom    {ref}")
+    summary["sbom"] = ref
+    return ref
+
+
 def run_tests(image: str, gpu: bool, say: Say = _say, full: bool = False) -> imagetest.TestReport:
     say(f"test    in-image checks on {image[:40]}")
     report = imagetest.run_checks(image, gpu=gpu, full=full)
@@ -291,6 +314,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             say(up_to_date_line(local, where))
             summary["up_to_date"] = True
             if reg is not None:
+                attach_sbom(job, rendered, client, remote, False, summary, say)
                 _published(summary, reg, rendered.identity, plan.profile, remote, say)
             return JobResult(UP_TO_DATE, local, local_id, local_only=reg is None)
         if local_id is None:
@@ -315,7 +339,16 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         state = BUILT
     if reg is None:
         return JobResult(state, local, image_id, local_only=True)
-    digest = publish.publish(local, IMAGE_REPOSITORY, rendered.identity, plan.profile, reg, client, say)
+    digest = publish.publish(
+        local,
+        IMAGE_REPOSITORY,
+        rendered.identity,
+        plan.profile,
+        reg,
+        client,
+        say,
+        before_move=lambda d: attach_sbom(job, rendered, client, d, state == BUILT, summary, say),
+    )
     say(
         f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
         f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"

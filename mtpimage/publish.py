@@ -87,11 +87,13 @@ def publish(
     reg: Registry,
     client: RegistryClient | None = None,
     say: Say = print,
+    before_move: Callable[[str], None] | None = None,
 ) -> str:
     """Push the tested local image `local` as REG/repository:identity, then move
-    REG/repository:profile to it; returns the registry digest. On any failure, what this
-    call tagged is rolled back (local registry-prefixed tags, and a content tag it created
-    in the registry) and the error is raised."""
+    REG/repository:profile to it; returns the registry digest. `before_move(digest)` runs
+    between the two (the SBOM is attached there: `<profile>` never names an image without
+    it). On any failure, what this call tagged is rolled back (local registry-prefixed tags,
+    and a content tag it created in the registry) and the error is raised."""
     client = client or RegistryClient(reg)
     content = reg.ref(repository, identity)
     human = reg.ref(repository, profile)
@@ -104,6 +106,8 @@ def publish(
         digest = client.manifest_digest(repository, identity)
         if digest is None:
             raise EnvironmentProblem(f"pushed {content} but the registry does not list it")
+        if before_move is not None:
+            before_move(digest)
         if client.manifest_digest(repository, profile) != digest:
             tag(local, human)
             push(human, say)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -85,6 +86,14 @@ class RegistryHTTPError(EnvironmentProblem):
     def __init__(self, message: str, status: int):
         self.status = status
         super().__init__(message)
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth asking again (the network policy's retries): a connection that failed for a
+    reason that can pass, or a registry answering 5xx or 429. Never TLS or DNS failures."""
+    if isinstance(exc, RegistryUnreachable):
+        return not exc.reason.startswith(("TLS", "its host name does not resolve"))
+    return isinstance(exc, RegistryHTTPError) and (exc.status >= 500 or exc.status == 429)
 
 
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -318,6 +327,27 @@ class RegistryClient:
                 f"not as the pushed bytes' {digest} (fix: use a registry that keeps manifests as pushed)"
             )
         return digest
+
+    def referrers(self, repository: str, digest: str) -> list[dict] | None:
+        """The descriptors the OCI 1.1 referrers API lists for a manifest, or None where the
+        registry has no such API (it answers 404 there: distribution 2.8, most older ones)."""
+
+        path = self.registry.repo_path(repository)
+        what = f"listing the referrers of {self.registry.ref(repository)}@{digest}"
+        resp = self._request(
+            "GET",
+            f"/v2/{path}/referrers/{digest}",
+            what,
+            f"repository:{path}:pull",
+            {"Accept": "application/vnd.oci.image.index.v1+json"},
+        )
+        if resp.status_code != 200:
+            return None
+        try:
+            manifests = json.loads(resp.content).get("manifests")
+        except (ValueError, AttributeError):
+            return None  # a 200 that is not an index: not the API either
+        return manifests if isinstance(manifests, list) else None
 
     def _http_error(self, status: int, what: str) -> RegistryHTTPError:
         if status in (401, 403):

@@ -28,7 +28,8 @@ from pathlib import Path
 from . import netpolicy
 from .errors import EnvironmentProblem, InputError
 from .registry import ImageRef, Registry
-from .registryapi import RegistryClient, RegistryHTTPError, RegistryUnreachable
+from .registryapi import RegistryClient
+from .registryapi import transient as _transient  # one rule for what a retry may fix
 from .wheelcache import CachedWheel, WheelCache, cache_key, check_key, valid_filename
 
 REPOSITORY = "ext-wheels"  # under a --registry HOST[:PORT]/NAMESPACE
@@ -69,12 +70,6 @@ def _parse(repository: str) -> tuple[RegistryClient, str, str]:
             f"for example 127.0.0.1:5000/mtp/{REPOSITORY}",
         )
     return RegistryClient(Registry(ref.host, "")), ref.path, ref.repository
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, RegistryUnreachable):
-        return not exc.reason.startswith(("TLS", "its host name does not resolve"))
-    return isinstance(exc, RegistryHTTPError) and (exc.status >= 500 or exc.status == 429)
 
 
 def _net(fn, *args):

@@ -7,6 +7,6 @@ Each module exposes:
                                      which runs as pipeline.run(commands.image.main_job(args, ...))
 """
 
-from . import ci, cluster, image, lock, wheels
+from . import ci, cluster, image, lock, sbom, wheels
 
-MODULES = [lock, image, ci, cluster, wheels]  # the order of their subcommands in --help
+MODULES = [lock, image, ci, cluster, wheels, sbom]  # the order of their subcommands in --help
