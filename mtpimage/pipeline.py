@@ -212,12 +212,20 @@ def extension_labels(wheels: dict) -> dict[str, str]:
 
 
 def attach_sbom(
-    job: MainJob, rendered: Rendered, client, digest: str, fresh: bool, summary: dict, say: Say = _say
+    job: MainJob,
+    rendered: Rendered,
+    client,
+    digest: str,
+    fresh: bool,
+    summary: dict,
+    say: Say = _say,
+    pushed: list | None = None,
 ) -> str:
     """Attach the plan's SBOM (sbom.py) to the pushed image `digest` (sbomattach.py); -> its
     reference. `fresh`: this run built the image, so its SBOM (which knows the wheels it
     compiled) replaces any; otherwise an SBOM already attached stays. With --summary-file it
-    is also written beside the summary, as `<profile>.sbom.cdx.json`."""
+    is also written beside the summary, as `<profile>.sbom.cdx.json`. `pushed` gets the
+    artifact's digest when this call pushed one (for the roll-back of a failed push)."""
     from . import sbom, sbomattach
 
     there = None if fresh else sbomattach.attached(client, IMAGE_REPOSITORY, digest)
@@ -226,6 +234,8 @@ def attach_sbom(
     else:
         data = sbom.for_rendered(rendered)
         ref = sbomattach.attach(client, IMAGE_REPOSITORY, digest, data, sbom.file_name(job.plan.profile))
+        if pushed is not None:
+            pushed.append(ref.rsplit("@", 1)[1])
         if job.summary_file:
             job.summary_file.parent.mkdir(parents=True, exist_ok=True)
             (job.summary_file.parent / sbom.file_name(job.plan.profile)).write_bytes(data)
@@ -339,16 +349,32 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         state = BUILT
     if reg is None:
         return JobResult(state, local, image_id, local_only=True)
-    digest = publish.publish(
-        local,
-        IMAGE_REPOSITORY,
-        rendered.identity,
-        plan.profile,
-        reg,
-        client,
-        say,
-        before_move=lambda d: attach_sbom(job, rendered, client, d, state == BUILT, summary, say),
-    )
+    sboms: list[str] = []  # the SBOM this run attached, if any
+    image_digest: list[str] = []
+
+    def before_move(d: str) -> None:
+        image_digest.append(d)
+        attach_sbom(job, rendered, client, d, state == BUILT, summary, say, pushed=sboms)
+
+    try:
+        digest = publish.publish(
+            local,
+            IMAGE_REPOSITORY,
+            rendered.identity,
+            plan.profile,
+            reg,
+            client,
+            say,
+            before_move=before_move,
+        )
+    except BaseException:
+        # publish rolled the image back; an SBOM whose image is gone would name nothing
+        if sboms and _image_gone(client, rendered.identity):
+            from .sbomattach import detach
+
+            detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
+            say(f"rolled back the SBOM {sboms[0]}")
+        raise
     say(
         f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
         f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
@@ -356,6 +382,14 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
     summary["pushed"] = True
     _published(summary, reg, rendered.identity, plan.profile, digest, say)
     return JobResult(state, local, image_id, local_only=False, pushed=True)
+
+
+def _image_gone(client, identity: str) -> bool:
+    """After a failed push: is the content tag gone from the registry? (No answer: keep.)"""
+    try:
+        return client.manifest_digest(IMAGE_REPOSITORY, identity) is None
+    except Exception:  # noqa: BLE001 - the push's own error matters
+        return False
 
 
 def _published(summary: dict, reg: Registry, identity: str, profile: str, digest: str, say: Say) -> None:

@@ -106,3 +106,25 @@ def _list_in_referrers_tag(client, repository: str, image_digest: str, artifact:
     ).encode()
     if got is None or got[0] != body:
         _net(client.put_manifest, repository, tag, body, OCI_INDEX)
+
+
+def detach(client: RegistryClient, repository: str, image_digest: str, artifact: str) -> None:
+    """Remove an SBOM artifact this run attached (a failed push's roll-back: its image is
+    gone, so its tags would name nothing): the artifact, and its entry in the referrers tag.
+    Best effort: never raises (the push's own error matters)."""
+    try:
+        client.delete_manifest(repository, artifact)
+        got = client.manifest(repository, referrers_tag(image_digest), OCI_INDEX)
+        if got is None:
+            return
+        index = json.loads(got[0])
+        rest = [
+            m for m in index.get("manifests") or [] if isinstance(m, dict) and m.get("digest") != artifact
+        ]
+        if not rest:
+            client.delete_manifest(repository, got[1])
+        elif len(rest) != len(index.get("manifests") or []):
+            body = json.dumps({**index, "manifests": rest}, indent=2, sort_keys=True).encode()
+            client.put_manifest(repository, referrers_tag(image_digest), body, OCI_INDEX)
+    except Exception:  # noqa: BLE001 - best effort; the original error matters
+        pass

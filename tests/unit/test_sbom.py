@@ -238,6 +238,12 @@ class FakeRegistry:
         self.manifests[reference] = self.manifests[digest] = body
         return digest
 
+    def delete_manifest(self, repository, digest):
+        body = self.manifests.get(digest)
+        for ref in [r for r, b in self.manifests.items() if b == body]:
+            del self.manifests[ref]
+        return True
+
     def referrers(self, repository, digest):
         if not self.referrers_api:
             return None
@@ -309,3 +315,24 @@ def test_an_image_that_is_not_there_gets_no_sbom():
     reg = FakeRegistry(referrers_api=False)
     with pytest.raises(EnvironmentProblem, match="push the image first"):
         sbomattach.attach(reg, "mtp-verl", "sha256:" + "7" * 64, b"x\n", "p.sbom.cdx.json")
+
+
+def test_detach_removes_the_artifact_and_only_its_referrers_entry():
+    reg = FakeRegistry(referrers_api=False)
+    image = _image(reg)
+    index_tag = "sha256-" + image.split(":")[1]
+    mine = sbomattach.attach(reg, "mtp-verl", image, b"x\n", "p.sbom.cdx.json").rsplit("@", 1)[1]
+    sbomattach.detach(reg, "mtp-verl", image, mine)
+    assert mine not in reg.manifests and index_tag not in reg.manifests
+    assert "sha256-" + image.split(":")[1] + ".sbom" not in reg.manifests
+    # another referrer in the index stays listed
+    other = {"mediaType": sbomattach.OCI_MANIFEST, "digest": "sha256:" + "5" * 64, "size": 9}
+    reg.put_manifest(
+        "mtp-verl",
+        index_tag,
+        json.dumps({"mediaType": sbomattach.OCI_INDEX, "manifests": [other]}).encode(),
+        "",
+    )
+    mine = sbomattach.attach(reg, "mtp-verl", image, b"y\n", "p.sbom.cdx.json").rsplit("@", 1)[1]
+    sbomattach.detach(reg, "mtp-verl", image, mine)
+    assert [m["digest"] for m in json.loads(reg.manifests[index_tag])["manifests"]] == [other["digest"]]
