@@ -85,7 +85,7 @@ def test_push_builds_tests_pushes_and_second_run_is_up_to_date(world):
             timeout=10,
             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
         ).headers["Docker-Content-Digest"]
-        for t in tags
+        for t in (identity, profile)
     }
     assert digests[identity] == digests[profile]
     d = digests[identity]
