@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Extensions proof of issue 22 on the device machine: `bash scripts/device/ext-proof.sh N`,
+# N = 1, 2, 3 on the same held machine (files outside the working tree stay while it is held),
+# carrying build/device/ext (scripts/device/ext-prepare.sh). Calls 1 and 2 stage their part of
+# the TransformerEngine core (190 MB wheel > 64 MiB a call) and whatever else they carry;
+# call 3 reassembles it, installs everything with pip --no-deps into /tmp/site next to the
+# device's own torch 2.11.0+cu130, runs scripts/device/ext_gpu_tests.py and the product's GPU
+# check for every mode at CP=1 with TransformerEngine layers (and with local layers).
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+n=$1
+S=$OUT/stage$n.txt
+E=build/device/ext
+mkdir -p /tmp/extstage/parts /tmp/extstage/whl
+cp $E/p$n/tecore.part.* /tmp/extstage/parts/ 2>/dev/null
+for d in whl src pyd p1; do [ -d $E/$d ] && cp -n $E/$d/* /tmp/extstage/whl/ 2>/dev/null; done
+rm -f /tmp/extstage/whl/tecore.part.*
+{ echo "stage $n: $(date -u +%FT%TZ)"; ls -l /tmp/extstage/parts /tmp/extstage/whl; } > $S
+[ "$n" = 3 ] || { cat $S; exit 0; }
+t0=$(date +%s)
+cat /tmp/extstage/parts/tecore.part.0 /tmp/extstage/parts/tecore.part.1 /tmp/extstage/parts/tecore.part.2 > /tmp/tecore.tar.xz
+got=$(sha256sum /tmp/tecore.tar.xz | cut -d' ' -f1)
+[ "$got" = "$(cat $E/p3/tecore.sha256)" ] || { echo "TE core parts incomplete: sha256 $got (machine changed between calls?)" | tee -a $S; exit 3; }
+echo "TE core reassembled, sha256 $got" >> $S
+mkdir -p /tmp/site && xz -dc -T0 /tmp/tecore.tar.xz | tar x -C /tmp/site || { echo "TE core unpack failed" | tee -a $S; exit 4; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/extstage/whl/*.whl >> $S 2>&1 || { echo "pip install failed" | tee -a $S; exit 5; }
+echo "staged in $(( $(date +%s) - t0 ))s" >> $S
+( cd /tmp/extstage/whl && sha256sum *.whl ) >> $S
+export PYTHONPATH=/tmp/site
+{
+  nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
+  nvcc --version | tail -1; python3 --version
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  python3 -m pip list 2>/dev/null | grep -i -E "^(nvidia-cublas|nvidia-cudnn|transformer|flash|apex|megatron|verl)"
+} >> $S 2>&1
+cat $S
+set -o pipefail
+timeout 240 python3 scripts/device/ext_gpu_tests.py 2>&1 | tee $OUT/ext_gpu_tests.txt
+for impl in transformer_engine local; do
+  timeout 200 python3 images/checks/gpu_check.py --mode all --transformer-impl $impl 2>&1 | tail -25 | tee $OUT/gpu_check_$impl.txt
+done
