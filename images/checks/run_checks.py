@@ -774,6 +774,42 @@ def check_gpu(gpu: bool) -> list[dict]:
     return [result(name, status, detail, count["PASS"] + count["FAIL"])]
 
 
+def gpu_only_modules() -> list[tuple[str, str]]:
+    """Installed modules the skip list says need a GPU at import (reason (b)), with why."""
+    out = []
+    for name, why in sorted(skip_list().items()):
+        if why.startswith("(b)") and importlib.util.find_spec(name.split(".")[0]) is not None:
+            out.append((name, why))
+    return out
+
+
+def check_gpu_imports(gpu: bool) -> list[dict]:
+    """The modules the import check leaves out because they need a GPU at import are not
+    skipped silently: with --gpu each is imported in a fresh interpreter here; without, this
+    reports them as a skip that names them and why."""
+    mods = gpu_only_modules()
+    if not mods:
+        return [result("gpu-imports", PASS, "no installed module needs a GPU at import", 0)]
+    names = ", ".join(f"{m} ({why.removeprefix('(b)').strip()[:60]})" for m, why in mods)
+    if not gpu:
+        return [result("gpu-imports", SKIP, f"need a GPU at import, imported with --gpu: {names}", 0)]
+    failed = []
+    for module, _why in mods:
+        got = import_fresh(module, IMPORT_TIMEOUT)
+        if not got.ok:
+            failed.append(f"{module}: {got.detail}")
+    if failed:
+        return [result("gpu-imports", FAIL, "; ".join(failed), len(mods))]
+    return [
+        result(
+            "gpu-imports",
+            PASS,
+            f"{len(mods)} imported on the GPU: {', '.join(m for m, _ in mods)}",
+            len(mods),
+        )
+    ]
+
+
 def _last_json(text: str) -> dict | None:
     for line in reversed(text.strip().splitlines()):
         try:
@@ -902,6 +938,7 @@ def run(
         ("entrypoints", lambda: check_entrypoints(vector)),
     ]
     groups.append(("gpu", lambda: check_gpu(gpu)))
+    groups.append(("gpu-imports", lambda: check_gpu_imports(gpu)))
     results = []
     for gid, fn in groups:
         if only and gid not in only:
