@@ -23,8 +23,17 @@ cat /tmp/extstage/parts/tecore.part.0 /tmp/extstage/parts/tecore.part.1 /tmp/ext
 got=$(sha256sum /tmp/tecore.tar.xz | cut -d' ' -f1)
 [ "$got" = "$(cat $E/p3/tecore.sha256)" ] || { echo "TE core parts incomplete: sha256 $got (machine changed between calls?)" | tee -a $S; exit 3; }
 echo "TE core reassembled, sha256 $got" >> $S
-mkdir -p /tmp/site && xz -dc -T0 /tmp/tecore.tar.xz | tar x -C /tmp/site || { echo "TE core unpack failed" | tee -a $S; exit 4; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/extstage/whl/*.whl >> $S 2>&1 || { echo "pip install failed" | tee -a $S; exit 5; }
+rm -rf /tmp/site && mkdir -p /tmp/site && xz -dc -T0 /tmp/tecore.tar.xz | tar x -C /tmp/site || { echo "TE core unpack failed" | tee -a $S; exit 4; }
+# TE's core, meta and torch-extension wheels share the transformer_engine/ folder, which
+# pip --target does not merge ("Target directory ... already exists"): unpack those three
+python3 - /tmp/site /tmp/extstage/whl/transformer_engine*.whl >> $S 2>&1 <<'PY' || { echo "TE unpack failed" | tee -a $S; exit 5; }
+import sys, zipfile
+for w in sys.argv[2:]:
+    zipfile.ZipFile(w).extractall(sys.argv[1])
+    print("unpacked", w)
+PY
+ls /tmp/extstage/whl/*.whl | grep -v /transformer_engine | xargs python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site >> $S 2>&1 || { echo "pip install failed" | tee -a $S; exit 5; }
+ls /tmp/site/transformer_engine/wheel_lib >> $S
 echo "staged in $(( $(date +%s) - t0 ))s" >> $S
 ( cd /tmp/extstage/whl && sha256sum *.whl ) >> $S
 export PYTHONPATH=/tmp/site
