@@ -166,9 +166,18 @@ def _import_one(module: str, timeout: float | None = None) -> tuple[str, int, st
     return module, proc.returncode, lines[-1] if lines else ""
 
 
+# A torch C++ extension module (apex's amp_C, flash_attn_2_cuda, ...) NEEDs libc10.so and
+# libtorch*.so without a path to them: it loads only once torch did, as its own package always
+# does first. Imported alone it fails with exactly this; then it is imported after torch.
+_TORCH_LIBS = re.compile(r"lib(c10|torch)[a-z0-9_]*\.so[.0-9]*: cannot open shared object file")
+
+
 def import_fresh(module: str, timeout: float, why: str = "fresh") -> Imported:
     started = time.monotonic()
     _m, rc, last = _import_one(module, timeout)
+    if rc > 0 and _TORCH_LIBS.search(last) and module != "torch":
+        _m, rc, after = _import_one(f"torch, {module}", timeout)
+        last = "a torch C++ extension: imported after torch" if rc == 0 else after
     if rc < 0:
         last = f"crashed: {_signal_name(-rc)}" + (f" ({last})" if last else "")
     return Imported(rc == 0, last, why, time.monotonic() - started)

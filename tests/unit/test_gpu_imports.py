@@ -52,3 +52,20 @@ def test_with_a_gpu_each_is_imported_and_a_failure_is_named(rc, monkeypatch):
     _skips(rc, monkeypatch, {"loads_fine": "(b) CUDA extension", "needs_driver": "(b) CUDA extension"})
     [bad] = rc.check_gpu_imports(gpu=True)
     assert bad["status"] == rc.FAIL and "needs_driver" in bad["detail"] and "libcuda" in bad["detail"]
+
+
+def test_a_torch_cpp_extension_is_imported_after_torch(rc, tmp_path):
+    # like apex's amp_C: NEEDs libc10.so with no path to it, so it loads only after torch did
+    (tmp_path / "torch.py").write_text("LOADED = True\n")
+    (tmp_path / "cpp_ext.py").write_text(
+        "import sys\n"
+        "if 'torch' not in sys.modules:\n"
+        "    raise ImportError('libc10.so: cannot open shared object file: No such file or directory')\n"
+    )
+    (tmp_path / "broken_ext.py").write_text(
+        "raise ImportError('libfoo.so: cannot open shared object file')\n"
+    )
+    got = rc.import_fresh("cpp_ext", 60)
+    assert got.ok and "after torch" in got.detail
+    bad = rc.import_fresh("broken_ext", 60)  # another missing library is a failure, not retried
+    assert not bad.ok and "libfoo" in bad.detail
