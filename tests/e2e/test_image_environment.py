@@ -42,7 +42,8 @@ def test_a_login_shell_finds_the_venv_python(world, shell):
 def test_the_login_shell_check_passes_and_fails_without_the_profile_script(world):
     ok = _in_image(world, "python", "/opt/mtp/checks/run_checks.py", "--only", "login-shell")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert re.search(r"^PASS +login-shell +bash -l and sh -l: python is /opt/venv", ok.stdout, re.M)
+    # the table: STATUS, check, its time, detail (run_checks.table)
+    assert re.search(r"^PASS +login-shell +[0-9.]+s +bash -l and sh -l: python is /opt/venv", ok.stdout, re.M)
     # without /etc/profile.d/mtp-env.sh, /etc/profile's PATH hides the venv: the check says so
     bare = _in_image(
         world,
@@ -51,7 +52,7 @@ def test_the_login_shell_check_passes_and_fails_without_the_profile_script(world
         "rm /etc/profile.d/mtp-env.sh && python /opt/mtp/checks/run_checks.py --only login-shell",
     )
     assert bare.returncode == 1, bare.stdout + bare.stderr
-    assert re.search(r"^FAIL +login-shell +bash -l: exit 127", bare.stdout, re.M), bare.stdout
+    assert re.search(r"^FAIL +login-shell +[0-9.]+s +bash -l: exit 127", bare.stdout, re.M), bare.stdout
 
 
 def test_pip_freeze_and_inspect_name_each_git_component_by_repository_and_commit(world):
