@@ -42,12 +42,12 @@ def fetch_sdist(pkg: Package) -> Path:
     """The pinned sdist, from the cache (by sha256) or downloaded and checked."""
     import requests
 
-    from .pydeps import ca_bundle, rewrite
+    from .pydeps import ca_bundle, rewrite, sha256_file
 
     b = pkg.build
     name = b.url.rsplit("/", 1)[-1]
     path = _sdist_dir() / b.sha256 / name
-    if path.is_file() and _sha256(path) == b.sha256:
+    if path.is_file() and sha256_file(path) == b.sha256:
         return path
     url = rewrite(b.url)
 
@@ -78,14 +78,6 @@ def fetch_sdist(pkg: Package) -> Path:
     tmp.write_bytes(data)
     tmp.replace(path)
     return path
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sdist_entries(pkg: Package) -> list[tuple[str, bytes, int]]:
