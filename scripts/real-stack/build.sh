@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build shipped profiles on the REAL stack here: real PyPI wheels from manifests/lock.yaml,
 # real git sources at their pinned commits (served by a mirror through git's url.insteadOf),
-# real patches. Exactly two substitutions, both recorded in the version vector and a label:
+# real patches. At most two substitutions, both recorded in the version vector and a label:
 #   - the base image: a local stand-in (scripts/real-stack/make-base.sh);
-#   - verl's wheelhouse extensions (transformer-engine, flash-attn, apex): omitted.
+#   - only where asked for, MTP_OMIT_PACKAGES (the compiled extensions are built, not omitted).
 #
 #   scripts/real-stack/build.sh [PROFILE ...]     (default: every shipped profile)
 #
@@ -17,7 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 profiles=("$@")
 [ ${#profiles[@]} -gt 0 ] || profiles=(mtp-load-only mtp-full mtp-detach mtp-cp-recompute mtp-rollout)
-export MTP_CACHE_DIR=${MTP_CACHE_DIR:-/var/cache/mtp-real}
+# The tool's own cache root (MTP_CACHE_DIR, default ~/.cache/mtp-image-builder): the compiled
+# extensions' wheels and compile cache that `python build.py` made are found here too (a
+# separate root made this script compile TransformerEngine again from nothing).
 # Assigned before export: `export X=$(cmd)` is export's status, and a failed make-base
 # would go unnoticed.
 if [ -z "${MTP_SUBSTITUTE_BASE:-}" ]; then
