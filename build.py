@@ -11,8 +11,9 @@ re-run inside it at once; pip runs again only when a pin is missing there.
 import sys
 
 # A remembered no-op answers here, before anything else is imported or looked for
-# (mtpimage/fastpath.py: standard library only; any changed input misses).
-from mtpimage import fastpath, settings
+# (mtpimage/build/fastpath.py: standard library only; any changed input misses).
+from mtpimage import settings
+from mtpimage.build import fastpath
 
 _reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
 if _reply is not None:
@@ -109,8 +110,8 @@ def _bootstrap() -> None:
     _reexec(python)
 
 
-# find_spec, not import: importing docker alone costs ~0.2 s on every run.
-REQUIRED = ("docker", "jinja2", "jsonschema", "packaging", "requests", "tenacity", "testcontainers", "yaml")
+# find_spec, not import: importing them costs time on every run.
+REQUIRED = ("jinja2", "jsonschema", "packaging", "requests", "tenacity", "yaml")
 if any(importlib.util.find_spec(name) is None for name in REQUIRED):
     _bootstrap()
 

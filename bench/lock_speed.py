@@ -47,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     import yaml
 
-    from mtpimage import resolver
+    from mtpimage.lock import resolver
 
     py = sys.executable
     work = Path(tempfile.mkdtemp(prefix="mtp-bench-lock-"))
@@ -92,7 +92,7 @@ def main() -> int:
     }
 
     # pip's resolver on the same requirements, stand-ins as local wheels, no overrides possible
-    from mtpimage import pydeps
+    from mtpimage.lock import pydeps
 
     stubdir = work / "stubs"
     stubdir.mkdir()

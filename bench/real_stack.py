@@ -10,7 +10,7 @@ What it measures, in this order (each case says what the plain alternative is):
              plain `docker build` of the rendered context, then the tool (build + checks + tag);
              the tool goes second so the cache it leaves is the one every later case uses
   push       the tool publishes the image to a loopback registry namespace of this run
-  warm       no-op with the image local: the tool (its memo: mtpimage/fastpath.py), the tool's
+  warm       no-op with the image local: the tool (its memo: mtpimage/build/fastpath.py), the tool's
              full path (MTP_FASTPATH=0), and plain `docker build` of the same context (all cached)
   profiles   the other shipped profiles (equal pins), built and pushed by the tool: unique bytes
              per extra profile, bytes a node pulls for its second profile
@@ -64,7 +64,7 @@ SGLANG_KEEP = (
 
 
 def docker(*args, check=True, timeout=3600, stdin=None) -> subprocess.CompletedProcess:
-    from mtpimage import engine  # the CLI the tool builds with (one with a BuildKit client)
+    from mtpimage import engine
 
     proc = subprocess.run(
         [engine.detect().cli, *args],
@@ -102,19 +102,19 @@ class RealBench:
         return [*args, "--ca-bundle", CA, "--progress", "plain"]
 
     def rendered(self, profile: str, manifests: Path | None = None):
-        from mtpimage import manifest
+        from mtpimage.manifests import manifest
 
         try:
-            from mtpimage.planning import plan_for
+            from mtpimage.plan.load import plan_for
         except ImportError:
             from mtpimage.cli import plan_for
-        from mtpimage.render import render
+        from mtpimage.build.render import render
 
         m = manifest.load(manifests or REPO / "manifests")
         return render(plan_for(m, profile, None), m.root)
 
     def context(self, profile: str, manifests: Path | None = None) -> tuple[Path, str]:
-        from mtpimage.buildctx import build_context
+        from mtpimage.build.buildctx import build_context
 
         r = self.rendered(profile, manifests)
         path = self.tmp / f"context-{r.identity}.tar"
@@ -157,7 +157,7 @@ class RealBench:
 
     def history(self, ref: str) -> list[dict]:
         """Layers holding bytes, oldest first, labelled as build.py's size table labels them."""
-        from mtpimage import sizes
+        from mtpimage.build import sizes
 
         return [{"index": r.index, "size": r.size, "created_by": r.created_by} for r in sizes.layer_rows(ref)]
 
@@ -270,7 +270,7 @@ class RealBench:
         log(f"  tool {med(tool_t):.3f}s (full path {med(full_t):.2f}s), plain {med(plain_t):.2f}s")
 
     def profiles(self):
-        from mtpimage import manifest
+        from mtpimage.manifests import manifest
 
         names = [n for n in manifest.load(REPO / "manifests").names() if n != self.profile]
         log(f"other profiles: {', '.join(names)}")
@@ -357,7 +357,7 @@ class RealBench:
     def bump_mid(self):
         import yaml
 
-        from mtpimage import sources
+        from mtpimage.lock import sources
 
         cat = yaml.safe_load((REPO / "manifests" / "components.yaml").read_text())
         patch = cat["components"]["sglang"]["patches"][0]

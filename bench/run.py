@@ -127,10 +127,10 @@ class Bench:
         return json.loads(proc.stdout)["identity"]
 
     def context_tar(self, profile: str) -> Path:
-        from mtpimage import manifest
-        from mtpimage.buildctx import build_context
+        from mtpimage.build.buildctx import build_context
+        from mtpimage.build.render import render
         from mtpimage.cli import plan_for
-        from mtpimage.render import render
+        from mtpimage.manifests import manifest
 
         m = manifest.load(self.manifests)
         rendered = render(plan_for(m, profile, None), m.root)
@@ -195,7 +195,7 @@ class Bench:
         log("warm no-op")
         plain_tag = f"{self.reg}/plain:{PROFILE}"
         self.plain_build(self.ctx, plain_tag)  # warm the plain path too (same cache)
-        self.tool("--profile", PROFILE)  # the tool's first no-op: its memo (mtpimage/fastpath.py)
+        self.tool("--profile", PROFILE)  # the tool's first no-op: its memo (mtpimage/build/fastpath.py)
         tool_t, full_t, plain_t, plain_steps = [], [], [], None
         for _ in range(self.reps):
             dt, proc = self.tool("--profile", PROFILE, env={"MTP_FASTPATH_TRACE": "1"})
@@ -275,8 +275,8 @@ class Bench:
             }
         union = sum(sizes.values())
         naive = sum(per[p]["compressed_bytes"] for p in profiles)
-        # uncompressed, from the local images (what the layer table of mtpimage/sizes.py prints)
-        from mtpimage import sizes as sz
+        # uncompressed, from the local images (what the layer table of mtpimage/build/sizes.py prints)
+        from mtpimage.build import sizes as sz
 
         rows = {
             p: [(r.index, r.size, r.created_by) for r in sz.layer_rows(f"mtp-verl:{self.ident[p]}")]
@@ -398,9 +398,9 @@ class Bench:
 def render_check(reps: int) -> dict:
     """Render + check of every shipped profile (manifests/): in-process and as CLI calls."""
     log("render + check of every shipped profile")
-    from mtpimage import manifest, rules
+    from mtpimage.build.render import render
     from mtpimage.cli import plan_for
-    from mtpimage.render import render
+    from mtpimage.manifests import manifest, rules
 
     def once():
         m = manifest.load(REPO / "manifests")
@@ -421,7 +421,7 @@ def render_check(reps: int) -> dict:
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
         "from mtpimage import manifest, rules\nfrom mtpimage.cli import plan_for\n"
-        f"from mtpimage.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
+        f"from mtpimage.build.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
         "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n"
     )
     one_proc, check_cli, render_cli, bare = [], [], [], []
@@ -527,7 +527,6 @@ def main() -> int:
             os.environ.update(world.env)
             os.environ["MTP_CACHE_DIR"] = str(tmp / "src-cache")
             os.environ["MTP_DOCKER_CLI"] = host.cli
-            os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
             b = Bench(host, world, tmp, args.reps)
             try:
                 b.setup()

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import rules, settings
-from .errors import (
+from mtpimage import settings
+from mtpimage.errors import (
     EXIT_ENV,
     EXIT_INPUT,
     EXIT_RULES,
@@ -17,18 +17,15 @@ from .errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from .modelconfig import model_warnings
-from .plan import Plan, verl_facts
-from .planning import (  # plan_for: tests and bench import it from here too
-    load_for,
-    plan_for,
-    substitutions_of,
-)
-from .report import print_checks, print_plan
+from mtpimage.manifests import rules
+from mtpimage.manifests.modelconfig import model_warnings
+from mtpimage.outputs.report import print_checks, print_plan
+from mtpimage.plan.load import load_for, plan_for, substitutions_of
+from mtpimage.plan.model import Plan, verl_facts
 
 
 def image_of(plan: Plan, root) -> str:
-    from .render import image_of as _image_of  # lazy: jinja2 only where an identity is printed
+    from mtpimage.build.render import image_of as _image_of
 
     return _image_of(plan, root)
 
@@ -135,7 +132,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def command_modules():
-    from .commands import MODULES
+    from mtpimage.commands import MODULES
 
     return MODULES
 
@@ -166,7 +163,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .probes import evaluate_plans  # lazy: sources and git only for `check`
+    from mtpimage.lock.probes import evaluate_plans
 
     m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
@@ -224,7 +221,7 @@ def cmd_explain(args) -> int:
     if args.model_config:
         notes += model_warnings(args.model_config)
     if args.cluster:
-        from .cluster import published_job_script
+        from mtpimage.outputs.jobscripts import published_job_script
 
         print(
             published_job_script(plan, m.root, args.target, args.cluster, args.registry, args.digest), end=""
@@ -256,7 +253,7 @@ def cmd_explain(args) -> int:
     if plan.choose_when:
         print(f"# choose it when: {plan.choose_when}")
     print(f"# image: {image_of(plan, m.root)}")
-    from .report import resolution_lines
+    from mtpimage.outputs.report import resolution_lines
 
     for line in resolution_lines(plan):
         print(f"# {line.strip()}")
@@ -294,8 +291,8 @@ def cmd_main(args):
         return EXIT_RULES
     if args.dry_run:
         return 0
-    from .commands.image import main_job
-    from .pipeline import run
+    from mtpimage.build.pipeline import run
+    from mtpimage.commands.image import main_job
 
     return run(main_job(args, m, plan))
 

@@ -1,6 +1,6 @@
 """The one network policy: how often and how long every network step retries, and how long
 one call may take. Git fetches (sources.py), index probes and page reads (pydeps.py,
-resolver.py) and image pushes (publish.py) all retry through `retrying()`; the tools that
+resolver.py) and image pushes (publish/release.py) all retry through `retrying()`; the tools that
 retry on their own get the same number (pip's --retries, uv's UV_HTTP_RETRIES).
 
 Environment (settings.py reads it; asked at each call, so a test or a CI step can change it):
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import settings
+from mtpimage import settings
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_MAX = 8.0

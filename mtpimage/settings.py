@@ -22,7 +22,7 @@ from pathlib import Path
 PREFIX = "MTP_"
 
 # Fixed names, not environment, kept here because the fast path needs them without importing
-# the modules that use them (plan.py, cli.py import them from here).
+# the modules that use them (plan/model.py, cli.py import them from here).
 IMAGE_REPOSITORY = "mtp-verl"  # the local repository every image is tagged in
 DEFAULT_PROFILE = "mtp-detach"  # the main job's profile when --profile is not given
 

@@ -34,7 +34,6 @@ BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,g
 APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables)
 
 export DEBIAN_FRONTEND=noninteractive
-export TESTCONTAINERS_RYUK_DISABLED=true
 
 T0=$(date +%s.%N)
 die() { echo "setup-test-host: ERROR: $*" >&2; exit 1; }
@@ -228,7 +227,6 @@ rm -rf "$probe_dir"
 
 cat > "$STATE_DIR/env.sh" <<EOF
 # Written by scripts/setup-test-host.sh; source it before running the tests.
-export TESTCONTAINERS_RYUK_DISABLED=true
 export MTP_TEST_REGISTRY=$REGISTRY
 export MTP_TEST_BASE_IMAGE=$BASE_IMAGE
 export MTP_DOCKER_BUILDKIT_CLI=$BUILDKIT_CLI
@@ -245,4 +243,4 @@ echo "  registry    http://$REGISTRY/v2/ pid $registry_pid, log $STATE_DIR/regis
 echo "  base image  $BASE_IMAGE $("$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE" | cut -c1-19)"
 echo "  BuildKit    $BUILDKIT_CLI ($BUILDKIT_MODE)"
 printf '              %s\n' "${REPORT[@]}"
-echo "  tests       source $STATE_DIR/env.sh  (TESTCONTAINERS_RYUK_DISABLED=true)"
+echo "  tests       source $STATE_DIR/env.sh"

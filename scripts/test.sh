@@ -13,6 +13,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 
-# No registry beyond loopback is reachable: testcontainers must not pull its reaper.
-export TESTCONTAINERS_RYUK_DISABLED=true
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -32,9 +32,6 @@ from tests.fixtures.dockerhost import (  # noqa: E402
 )
 from tests.fixtures.servers import GitWorld, HttpFileServer, serve_git_world  # noqa: E402
 
-# No registry on the internet is reachable: testcontainers must not try to pull its reaper.
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-
 
 @pytest.fixture(scope="session")
 def git_world(tmp_path_factory) -> GitWorld:

@@ -71,7 +71,7 @@ DEFAULT_VERSION_VECTOR = "/opt/mtp/version.json"
 CONTRACTS = ("load-only", "full", "mtp-only")
 CLI_MODES = CONTRACTS + ("cp-recompute", "all")
 # A profile's mode names its contract in the version vector (`mtp_contract`), derived by the
-# builder from the mode's verl MtpConfig fields (mtpimage/modes.py), so a new mode needs no
+# builder from the mode's verl MtpConfig fields (mtpimage/manifests/modes.py), so a new mode needs no
 # change here. Version vectors written before that field carry only `mode`, one of these;
 # rollout (enable_rollout: MTP drafts tokens for SGLang/vLLM speculative decoding) extends
 # mtp-only and is checked as such: the draft layers must keep learning. The speculative

@@ -60,7 +60,7 @@ VECTOR = Path(os.environ.get("MTP_VERSION_VECTOR", "/opt/mtp/version.json"))
 RECORDS = Path("/opt/mtp/installed")
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Not a verdict of this run: the host asked to reuse a group whose inputs are unchanged, and
-# puts the recorded results in its place (mtpimage/imagetest.py).
+# puts the recorded results in its place (mtpimage/build/imagetest.py).
 REUSED = "reused"
 
 
@@ -73,7 +73,7 @@ def result(cid: str, status: str, detail: str, checked: int | None = None) -> di
 
 
 def settle(r: dict) -> dict:
-    """A pass that checked nothing is a skip (mtpimage/imagetest.py applies the same rule)."""
+    """A pass that checked nothing is a skip (mtpimage/build/imagetest.py applies the same rule)."""
     if r["status"] == PASS and r.get("checked") == 0:
         return {**r, "status": SKIP, "detail": "nothing checked: " + r["detail"]}
     return r
@@ -517,7 +517,7 @@ def check_versions(vector: dict) -> list[dict]:
                 )
         elif _norm(have) != _norm(comp["version"]):
             problems.append(f"{comp['name']}: {comp['package']} {have} installed, pinned {comp['version']}")
-        # the build context names patch i "<iii>-<basename>" (mtpimage.render.patch_name)
+        # the build context names patch i "<iii>-<basename>" (mtpimage.build.render.patch_name)
         want = sorted((f"{i:03d}-{Path(p['file']).name}", p["sha256"]) for i, p in enumerate(comp["patches"]))
         got = sorted((p["file"], p["sha256"]) for p in rec.get("patches", []))
         if want != got:

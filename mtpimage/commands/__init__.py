@@ -1,5 +1,5 @@
 """Subcommands of the stages after the plan: parsing and printing only; what they do lives
-in the domain modules (locking.py, pipeline.py, publish.py, cluster.py, workflow.py, ...).
+in the domain modules (lock/locker.py, build/pipeline.py, publish/release.py, outputs/enroot.py, ...).
 
 Each module exposes:
   register(subparsers, add_common)   add its subcommands; set `func=handler(args) -> int`
@@ -7,6 +7,6 @@ Each module exposes:
                                      which runs as pipeline.run(commands.image.main_job(args, ...))
 """
 
-from . import ci, cluster, image, lock, sbom, wheels
+from mtpimage.commands import ci, export, image, lock, sbom, wheels
 
-MODULES = [lock, image, ci, cluster, wheels, sbom]  # the order of their subcommands in --help
+MODULES = [lock, image, ci, export, wheels, sbom]  # the order of their subcommands in --help

@@ -14,8 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from .. import manifest, vvdiff, workflow
-from ..errors import EXIT_RULES, InputError
+from mtpimage.errors import EXIT_RULES, InputError
+from mtpimage.manifests import manifest
+from mtpimage.outputs import vectordiff, workflow
 
 
 def register(subparsers, add_common) -> None:
@@ -119,11 +120,11 @@ def cmd_ci(args) -> int:
 
 
 # -- diff ------------------------------------------------------------------------------------
-def _side(m, ref: str, sets, args=None) -> vvdiff.Side:
-    from ..planning import plan_for, substitutions_of
+def _side(m, ref: str, sets, args=None) -> vectordiff.Side:
+    from mtpimage.plan.load import plan_for, substitutions_of
 
     if ref in m.profiles:
-        return vvdiff.side_from_plan(plan_for(m, ref, sets, **substitutions_of(args)))
+        return vectordiff.side_from_plan(plan_for(m, ref, sets, **substitutions_of(args)))
     if sets:
         raise InputError(
             "--set",
@@ -133,9 +134,9 @@ def _side(m, ref: str, sets, args=None) -> vvdiff.Side:
         )
     path = Path(ref)
     if ref.endswith(".json") and path.is_file():
-        return vvdiff.side_from_file(path)
-    if vvdiff.looks_like_image(ref):
-        return vvdiff.side_from_vector(ref, vvdiff.vector_from_image(ref), kind="image", image=ref)
+        return vectordiff.side_from_file(path)
+    if vectordiff.looks_like_image(ref):
+        return vectordiff.side_from_vector(ref, vectordiff.vector_from_image(ref), kind="image", image=ref)
     raise InputError(
         "diff",
         ref,
@@ -148,11 +149,11 @@ def cmd_diff(args) -> int:
     m = manifest.load(getattr(args, "manifests", None))
     a = _side(m, args.a, args.sets_a, args)
     b = _side(m, args.b, getattr(args, "sets", None), args)
-    changes = vvdiff.diff_vectors(a.vector, b.vector)
+    changes = vectordiff.diff_vectors(a.vector, b.vector)
     if getattr(args, "json", False):
-        print(json.dumps(vvdiff.to_json(a, b, changes), indent=2, sort_keys=True))
+        print(json.dumps(vectordiff.to_json(a, b, changes), indent=2, sort_keys=True))
     else:
-        sys.stdout.write(vvdiff.format_text(a, b, changes))
+        sys.stdout.write(vectordiff.format_text(a, b, changes))
     return EXIT_RULES if (changes and args.exit_code) else 0
 
 

@@ -14,13 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-from .. import publish
-from ..errors import InputError
-from ..pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
-from ..plan import IMAGE_REPOSITORY
-from ..planning import load_for, plan_for, substitutions_of
-from ..registry import Registry
-from ..render import render
+from mtpimage.build.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
+from mtpimage.build.render import render
+from mtpimage.errors import InputError
+from mtpimage.plan.load import load_for, plan_for, substitutions_of
+from mtpimage.plan.model import IMAGE_REPOSITORY
+from mtpimage.publish import release
+from mtpimage.publish.imageref import Registry
 
 
 def _say(msg: str) -> None:
@@ -72,8 +72,8 @@ def cmd_render(args) -> int:
     count = len(rendered.write(out))
     with_sources = getattr(args, "with_sources", False)
     if with_sources:
-        from ..buildctx import write_context
-        from ..pipeline import extension_wheels
+        from mtpimage.build.buildctx import write_context
+        from mtpimage.build.pipeline import extension_wheels
 
         def say(msg: str) -> None:  # stderr: --json keeps stdout one JSON document
             print(msg, file=sys.stderr, flush=True)
@@ -115,7 +115,7 @@ def cmd_test(args) -> int:
     if image is None:
         rendered = render(plan, m.root)
         image = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-        if publish.local_id(image) is None:
+        if release.local_id(image) is None:
             _say(f"{image} is not built yet: building it (untagged) to test it")
             image = build_image(plan, rendered, build_options(args), _say)
     report = run_tests(image, args.gpu, _say, full=args.full_checks)

@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import EXIT_ENV, EXIT_RULES, InputError
-from ..locking import BASE_UNVERIFIED, exclusive, lock
-from ..planning import load, load_for
+from mtpimage.errors import EXIT_ENV, EXIT_RULES, InputError
+from mtpimage.lock.locker import BASE_UNVERIFIED, exclusive, lock
+from mtpimage.plan.load import load, load_for
 
 __all__ = ["BASE_UNVERIFIED", "register", "add_main_options", "cmd_lock"]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 
 def cmd_sbom(args) -> int:
-    from ..planning import load_for, plan_for, substitutions_of
-    from ..render import render
-    from ..sbom import document, dumps, known_wheels
+    from mtpimage.build.render import render
+    from mtpimage.outputs.sbom import document, dumps, known_wheels
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))

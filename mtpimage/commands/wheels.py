@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_ENV, EXIT_INPUT, InputError
+from mtpimage.errors import EXIT_ENV, EXIT_INPUT, InputError
 
 KEY_WIDTH = 12  # what `list` prints of a key; `resolve` accepts it back
 
@@ -97,7 +97,7 @@ def _row(entry) -> dict:
 
 
 def cmd_list(args) -> int:
-    from ..wheelcache import WheelCache
+    from mtpimage.ext.wheelcache import WheelCache
 
     cache = WheelCache()
     good, bad = cache.scan(verify=args.verify)
@@ -131,8 +131,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from ..wheelcache import WheelCache
-    from ..wheelshare import push, repository_for
+    from mtpimage.ext.wheelcache import WheelCache
+    from mtpimage.ext.wheelshare import push, repository_for
 
     repository = repository_for(args.registry)
     cache = WheelCache()
@@ -154,15 +154,15 @@ def cmd_push(args) -> int:
 
 def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[str, list[str] | None]:
     """A full key as given, or the one tag of the repository that starts with `prefix`."""
-    from ..wheelcache import KEY_RE
+    from mtpimage.ext.wheelcache import KEY_RE
 
     if KEY_RE.match(prefix):
         return prefix, tags
     if not re.fullmatch(r"[0-9a-f]{8,63}", prefix):
         raise InputError("wheel key", prefix, "expected a key or 8+ hex digits of one", "see `wheels list`")
     if tags is None:
-        from ..registry import ImageRef, Registry
-        from ..registryapi import RegistryClient
+        from mtpimage.publish.imageref import ImageRef, Registry
+        from mtpimage.publish.registryclient import RegistryClient
 
         ref = ImageRef.parse(repository)
         tags = RegistryClient(Registry(ref.host, "")).tags(ref.path)
@@ -178,8 +178,8 @@ def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[s
 
 
 def cmd_pull(args) -> int:
-    from ..wheelcache import WheelCache
-    from ..wheelshare import pull, repository_for
+    from mtpimage.ext.wheelcache import WheelCache
+    from mtpimage.ext.wheelshare import pull, repository_for
 
     repository = repository_for(args.registry)
     cache = WheelCache()
@@ -211,7 +211,7 @@ def cmd_pull(args) -> int:
 
 
 def cmd_remove(args) -> int:
-    from ..wheelcache import WheelCache
+    from mtpimage.ext.wheelcache import WheelCache
 
     cache = WheelCache()
     for key in [cache.resolve(k) for k in args.keys]:
@@ -221,8 +221,8 @@ def cmd_remove(args) -> int:
 
 
 def cmd_add(args) -> int:
-    from ..planning import load_for, plan_for, substitutions_of
-    from ..sitewheel import add
+    from mtpimage.ext.sitewheel import add
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     # the same plan a build of this profile makes (substitutions included): the same key

@@ -59,7 +59,6 @@ def test_a_session_leaves_only_caches(docker_host, tmp_path):
         **os.environ,
         "MTP_TEST_SESSION_FILE": str(info),
         "TMPDIR": str(tmpdir),
-        "TESTCONTAINERS_RYUK_DISABLED": "true",
     }
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage.wheelcache import WheelCache
+from mtpimage.ext.wheelcache import WheelCache
 from tests.fixtures import tiny_ext
 from tests.fixtures.image_fixtures import image_world, world_cli
 from tests.fixtures.servers import HttpFileServer

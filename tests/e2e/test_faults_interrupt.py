@@ -37,7 +37,6 @@ def world(docker_host, git_world, tmp_path_factory):
         "MTP_CACHE_DIR": str(tmp_path_factory.mktemp("src-cache")),
         "MTP_DOCKER_CLI": docker_host.cli,
         "TMPDIR": str(tmp),
-        "TESTCONTAINERS_RYUK_DISABLED": "true",
     }
     env.pop("MTP_DEBUG", None)
     # a real lock.yaml (builds then run --frozen against it); no index is reachable here

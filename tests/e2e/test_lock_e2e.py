@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage import cli, rules, sources
+from mtpimage import cli
+from mtpimage.lock import sources
+from mtpimage.manifests import rules
 from tests.fixtures.gitrepos import advance_branch
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
@@ -172,7 +174,8 @@ def test_lock_identical_upgrade_and_frozen(private_git_world, fast_net, tmp_path
     # frozen: the lock matches, then a hand edit of a manifest is caught by name
     ok = build("--manifests", str(m), "--profile", PROFILE, "--frozen", "--dry-run")
     assert ok.returncode == 0, ok.stderr
-    from mtpimage import lockfile, manifest
+    from mtpimage.lock import lockfile
+    from mtpimage.manifests import manifest
 
     mm = manifest.load(m)
     lockfile.check_frozen(mm, cli.plan_for(mm, PROFILE, None))  # no exception

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from mtpimage.pydeps import write_stub_wheel
+from mtpimage.lock.pydeps import write_stub_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 CLOSED = "https://closed.example/simple"  # rewritten to a closed loopback port

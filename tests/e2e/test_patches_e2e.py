@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage import manifest
-from mtpimage.buildctx import build_context
+from mtpimage.build.buildctx import build_context
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
-from mtpimage.render import render
+from mtpimage.manifests import manifest
 from tests.fixtures.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 

@@ -19,9 +19,9 @@ import subprocess
 import pytest
 from packaging.utils import canonicalize_name
 
-from mtpimage import manifest
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
-from mtpimage.render import render
+from mtpimage.manifests import manifest
 
 LAYER = "extensions"
 

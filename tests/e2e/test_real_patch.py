@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from mtpimage import manifest, patches
 from mtpimage.cli import plan_for
+from mtpimage.manifests import manifest, patches
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("MTP_REAL_SOURCES") != "1",

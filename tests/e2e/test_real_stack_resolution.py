@@ -12,8 +12,9 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from mtpimage import lockfile, manifest, resolver
 from mtpimage.cli import plan_for
+from mtpimage.lock import lockfile, resolver
+from mtpimage.manifests import manifest
 
 PROFILE = "mtp-cp-recompute"
 

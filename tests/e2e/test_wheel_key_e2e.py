@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 
-from mtpimage import extbuild, extensions, manifest, wheelshare
-from mtpimage.planning import plan_for
-from mtpimage.render import render
+from mtpimage.build.render import render
+from mtpimage.ext import extbuild, extensions, wheelshare
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 from tests.unit.test_wheel_key import FakeBuilder
 
 pytestmark = pytest.mark.timeout(300)

@@ -14,11 +14,11 @@ import uuid
 import pytest
 import requests
 
-from mtpimage import wheelshare
-from mtpimage.registry import Registry
-from mtpimage.registryapi import RegistryClient
-from mtpimage.wheelcache import WheelCache, cache_key
-from mtpimage.wheelshare import ArtifactRefused
+from mtpimage.ext import wheelshare
+from mtpimage.ext.wheelcache import WheelCache, cache_key
+from mtpimage.ext.wheelshare import ArtifactRefused
+from mtpimage.publish.imageref import Registry
+from mtpimage.publish.registryclient import RegistryClient
 from tests.fixtures.wheels import make_wheel
 from tests.unit.helpers import run_cli
 

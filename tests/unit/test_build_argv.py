@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpimage.containerengine import BuildRequest
-from mtpimage.dockerengine import BuildKitCLI, build_argv
+from mtpimage.engine.containerengine import BuildRequest
+from mtpimage.engine.dockerengine import BuildKitCLI, build_argv
 
 
 def _argv(**kw) -> list[str]:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mtpimage import buildlog
+from mtpimage.build import buildlog
 from tests.fixtures.wheels import make_wheel
 
 
@@ -74,8 +74,8 @@ def test_a_log_without_pips_refusal_explains_nothing():
 def test_a_failed_build_says_the_mismatch_in_one_line(tmp_path, http_server, monkeypatch):
     """The engine's build: a 'docker build' that prints pip's refusal (here a script that
     replays it, as BuildKit's plain progress would) fails with buildlog's one line."""
-    from mtpimage import dockerengine
-    from mtpimage.containerengine import BuildFailed, BuildRequest
+    from mtpimage.engine import dockerengine
+    from mtpimage.engine.containerengine import BuildFailed, BuildRequest
 
     text, pinned, got, url = _pip_refusal(tmp_path, http_server)
     replay = tmp_path / "log.txt"

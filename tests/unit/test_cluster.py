@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from mtpimage import manifest
-from mtpimage.cluster import job_script
-from mtpimage.plan import build_plan
+from mtpimage.manifests import manifest
+from mtpimage.outputs.jobscripts import job_script
+from mtpimage.plan.model import build_plan
 
 from .helpers import run_cli
 

@@ -10,10 +10,11 @@ import tarfile
 
 import pytest
 
-from mtpimage import containerengine as engine  # the interface the fake implements
-from mtpimage import manifest, vvdiff
 from mtpimage.cli import plan_for
+from mtpimage.engine import containerengine as engine
 from mtpimage.errors import InputError
+from mtpimage.manifests import manifest
+from mtpimage.outputs import vectordiff
 
 from .helpers import REPO, assert_one_line_error, run_main
 
@@ -61,8 +62,9 @@ def as_version_vector(p) -> dict:
 
 
 def changes(m, a, b, sets_a=None, sets_b=None):
-    return vvdiff.diff_vectors(
-        vvdiff.side_from_plan(plan(m, a, sets_a)).vector, vvdiff.side_from_plan(plan(m, b, sets_b)).vector
+    return vectordiff.diff_vectors(
+        vectordiff.side_from_plan(plan(m, a, sets_a)).vector,
+        vectordiff.side_from_plan(plan(m, b, sets_b)).vector,
     )
 
 
@@ -152,7 +154,7 @@ def test_package_version_and_patches_are_shown(m):
 def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
     """A plan side and an image's version vector name a patch by reference alike: by its
     repository, commits, files and sha256, so a profile compared with its image shows none."""
-    from mtpimage.render import render
+    from mtpimage.build.render import render
 
     p = plan(m, "mtp-rollout")
     vector = json.loads(render(p, m.root).files["mtp/version.json"])
@@ -162,12 +164,14 @@ def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
         "47e9ec11ad7a12b85aff4ed6efc5eb3a43961d16",
         "99433255ca365028b6c36d892ac67ac155e3d021",
     )
-    image = vvdiff.side_from_vector("image", vector)
+    image = vectordiff.side_from_vector("image", vector)
     assert image.vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
-    assert vvdiff.side_from_plan(p).vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
+    assert vectordiff.side_from_plan(p).vector["components"]["sglang"]["patches"] == [SGLANG_PATCH]
     moved = copy.deepcopy(vector)
     next(c for c in moved["components"] if c["name"] == "sglang")["patches"][0]["head"] = "f" * 40
-    [change] = [c for c in vvdiff.diff_vectors(image.vector, vvdiff.normalise(moved)) if c.field == "patches"]
+    [change] = [
+        c for c in vectordiff.diff_vectors(image.vector, vectordiff.normalise(moved)) if c.field == "patches"
+    ]
     assert change.b == [SGLANG_PATCH.replace("..99433255", "..ffffffff")]
 
 
@@ -204,17 +208,17 @@ def test_help_and_readme_say_diff_exits_0_when_the_sides_differ_without_exit_cod
 def test_image_vector_equals_its_profile(m):
     """A vector in the image stage's format compares equal to the Plan it came from."""
     p = plan(m, "mtp-cp-recompute")
-    image = vvdiff.side_from_vector("ghcr.io/a/mtp-verl:x", as_version_vector(p), kind="image")
-    assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, image.vector) == []
+    image = vectordiff.side_from_vector("ghcr.io/a/mtp-verl:x", as_version_vector(p), kind="image")
+    assert vectordiff.diff_vectors(vectordiff.side_from_plan(p).vector, image.vector) == []
 
 
 def test_real_version_vector_module_is_compatible(m):
-    from mtpimage import versionvector
+    from mtpimage.outputs import versionvector
 
     p = plan(m, "mtp-detach")
-    side = vvdiff.side_from_vector("img", versionvector.version_vector(p), kind="image")
-    assert vvdiff.diff_vectors(vvdiff.side_from_plan(p).vector, side.vector) == []
-    assert side.plan_digest == p.digest == vvdiff.side_from_plan(p).plan_digest
+    side = vectordiff.side_from_vector("img", versionvector.version_vector(p), kind="image")
+    assert vectordiff.diff_vectors(vectordiff.side_from_plan(p).vector, side.vector) == []
+    assert side.plan_digest == p.digest == vectordiff.side_from_plan(p).plan_digest
 
 
 def test_image_vector_differences_are_found(m):
@@ -226,27 +230,29 @@ def test_image_vector_differences_are_found(m):
     changed["base_image"] = "nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:" + "0" * 64
     changed["packages"] = [x for x in changed["packages"] if x["name"] != "apex"]
     changed["verl_overrides"]["rl"] = list(reversed(changed["verl_overrides"]["rl"]))
-    cs = vvdiff.diff_vectors(
-        vvdiff.side_from_vector("a", vec).vector, vvdiff.side_from_vector("b", changed).vector
+    cs = vectordiff.diff_vectors(
+        vectordiff.side_from_vector("a", vec).vector, vectordiff.side_from_vector("b", changed).vector
     )
     keys = {(c.section, c.item, c.field) for c in cs}
     assert ("components", "megatron-lm", "commit") in keys
     assert ("components", "megatron-lm", "ref") in keys
     assert ("platform", "", "base_image") in keys and ("platform", "", "base_digest") in keys
     assert ("packages", "apex", "(entry)") in keys
-    assert ("verl_overrides", "rl", vvdiff.ORDER) in keys
-    text = vvdiff.format_text(vvdiff.side_from_vector("a", vec), vvdiff.side_from_vector("b", changed), cs)
+    assert ("verl_overrides", "rl", vectordiff.ORDER) in keys
+    text = vectordiff.format_text(
+        vectordiff.side_from_vector("a", vec), vectordiff.side_from_vector("b", changed), cs
+    )
     assert "packages: apex\n  - only in A" in text and "order differs:" in text
 
 
 def test_wrapped_and_unknown_vectors(m):
     p = plan(m, "mtp-full")
-    wrapped = vvdiff.normalise({"plan": p.to_dict(), "digest": p.digest})
-    assert wrapped == vvdiff.normalise(p.to_dict())
+    wrapped = vectordiff.normalise({"plan": p.to_dict(), "digest": p.digest})
+    assert wrapped == vectordiff.normalise(p.to_dict())
     with pytest.raises(InputError, match="unknown schema"):
-        vvdiff.normalise({"schema": "something/else", "components": []})
+        vectordiff.normalise({"schema": "something/else", "components": []})
     with pytest.raises(InputError, match="JSON object"):
-        vvdiff.normalise(["not", "a", "dict"])
+        vectordiff.normalise(["not", "a", "dict"])
 
 
 def test_cli_diff_of_version_vector_files(m, tmp_path):
@@ -322,10 +328,10 @@ class FakeEngine(engine.ContainerEngine):
 def test_vector_from_image_reads_the_labelled_file_without_running(m):
     vec = as_version_vector(plan(m, "mtp-detach"))
     client = FakeEngine(
-        {vvdiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
+        {vectordiff.LABEL_VERSION_VECTOR: "/opt/mtp/version.json"},
         {"/opt/mtp/version.json": json.dumps(vec).encode()},
     )
-    assert vvdiff.vector_from_image("ghcr.io/a/mtp-verl:t", client) == vec
+    assert vectordiff.vector_from_image("ghcr.io/a/mtp-verl:t", client) == vec
     ops = [op[0] for op in client.log]
     assert ops == ["get", "create", "get_archive", "remove"]  # created, never started; removed
     assert ("remove", True) in client.log
@@ -333,26 +339,26 @@ def test_vector_from_image_reads_the_labelled_file_without_running(m):
 
 def test_vector_from_image_defaults_path_and_accepts_inline_json(m):
     vec = as_version_vector(plan(m, "mtp-full"))
-    client = FakeEngine({}, {vvdiff.DEFAULT_VECTOR_PATH: json.dumps(vec).encode()})
-    assert vvdiff.vector_from_image("x/y:z", client)["mode"] == "full"
-    inline = FakeEngine({vvdiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
-    assert vvdiff.vector_from_image("x/y:z", inline) == vec
+    client = FakeEngine({}, {vectordiff.DEFAULT_VECTOR_PATH: json.dumps(vec).encode()})
+    assert vectordiff.vector_from_image("x/y:z", client)["mode"] == "full"
+    inline = FakeEngine({vectordiff.LABEL_VERSION_VECTOR: json.dumps(vec)}, {})
+    assert vectordiff.vector_from_image("x/y:z", inline) == vec
     assert [op[0] for op in inline.log] == ["get"]
 
 
 def test_image_without_vector_or_missing_image_is_an_input_error():
     client = FakeEngine({}, {})
     with pytest.raises(InputError, match="no version vector at /opt/mtp/version.json"):
-        vvdiff.vector_from_image("x/y:z", client)
+        vectordiff.vector_from_image("x/y:z", client)
     assert client.log[-1] == ("remove", True)  # the created container is removed
     gone = FakeEngine({}, {}, local=False)
     with pytest.raises(InputError, match="not in the local Docker engine, nor in registry ghcr.io"):
-        vvdiff.vector_from_image("ghcr.io/x/y:z", gone)
+        vectordiff.vector_from_image("ghcr.io/x/y:z", gone)
     assert [op[0] for op in gone.log] == ["get", "pull"]
     # a name without a registry host is not looked up on docker.io (issue #13)
     bare = FakeEngine({}, {}, local=False)
     with pytest.raises(InputError, match="no such image in the local Docker engine"):
-        vvdiff.vector_from_image("x/y:z", bare)
+        vectordiff.vector_from_image("x/y:z", bare)
     assert [op[0] for op in bare.log] == ["get"]
 
 

@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from mtpimage import extbuild, extensions, manifest, pipeline
-from mtpimage.planning import plan_for
-from mtpimage.render import render
+from mtpimage.build import pipeline
+from mtpimage.build.render import render
+from mtpimage.ext import extbuild, extensions
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 
 PROFILE = "mtp-detach"
 

@@ -1,4 +1,4 @@
-"""The remembered no-op (mtpimage/fastpath.py): every input the main job reads must miss when
+"""The remembered no-op (mtpimage/build/fastpath.py): every input the main job reads must miss when
 it changes, and a hit must still ask dockerd. dockerd is a small fake on a unix socket here;
 tests/e2e/test_fastpath_e2e.py runs the same against the real engine."""
 
@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import cli, fastpath, locations, pipeline, plan
+from mtpimage import cli, locations
+from mtpimage.build import fastpath, pipeline
+from mtpimage.plan import model
+from mtpimage.publish import release
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +137,7 @@ def test_any_changed_input_misses(world, change):
         "template": world["images"] / "Dockerfile.j2",
         "check": world["images"] / "checks" / "run_checks.py",
         "install-helper": world["images"] / "lib" / "mtp_install.py",
-        "module": world["pkg"] / "render.py",
+        "module": world["pkg"] / "build" / "render.py",
         "data": world["pkg"] / "data" / "rules.yaml",
         "build.py": world["checkout"] / "build.py",
         "requirements": world["checkout"] / "requirements.txt",
@@ -221,7 +224,7 @@ def test_not_remembered_when_the_profile_tag_is_elsewhere(world):
 
 
 def test_constants_agree_with_the_tool():
-    assert fastpath.IMAGE_REPOSITORY == plan.IMAGE_REPOSITORY
+    assert fastpath.IMAGE_REPOSITORY == model.IMAGE_REPOSITORY
     assert fastpath.DEFAULT_PROFILE == cli.DEFAULT_PROFILE
     assert "MTP_" not in fastpath.__doc__.split("What the key covers")[0]  # read only by settings.py
     parser = cli.make_parser()
@@ -256,10 +259,10 @@ def test_a_summary_file_that_cannot_be_written_takes_the_full_path(world, tmp_pa
 
 
 def test_the_replayed_summary_is_the_one_the_full_path_writes(tmp_path, monkeypatch):
-    from mtpimage import manifest, publish
+    from mtpimage.manifests import manifest
 
     monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: None)
-    monkeypatch.setattr(publish, "local_id", lambda ref: "sha256:aaa")  # both tags on the image
+    monkeypatch.setattr(release, "local_id", lambda ref: "sha256:aaa")  # both tags on the image
     m = manifest.load()
     job = pipeline.MainJob(
         manifests=m, plan=cli.plan_for(m, "mtp-detach", None), summary_file=tmp_path / "s.json"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import manifest
-from mtpimage.planning import plan_for
-from mtpimage.render import render
+from mtpimage.build.render import render
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mtpimage.render import IMAGES_DIR
+from mtpimage.build.render import IMAGES_DIR
 
 
 @pytest.fixture

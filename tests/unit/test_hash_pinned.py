@@ -11,9 +11,9 @@ import shutil
 import pytest
 import yaml
 
-from mtpimage import manifest, rules
-from mtpimage.planning import plan_for
-from mtpimage.render import UnpinnedPackage, render
+from mtpimage.build.render import UnpinnedPackage, render
+from mtpimage.manifests import manifest, rules
+from mtpimage.plan.load import plan_for
 
 from .helpers import MANIFESTS, run_cli
 

@@ -3,7 +3,7 @@ with a message naming it (patches: tests/unit/test_patches.py)."""
 
 from __future__ import annotations
 
-from mtpimage import lockfile
+from mtpimage.lock import lockfile
 
 
 def _lock(sha: str) -> dict:

@@ -21,10 +21,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpimage import manifest
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import BuilderError, InputError
-from mtpimage.render import render
+from mtpimage.manifests import manifest
 
 from .helpers import MANIFESTS, assert_one_line_error, copy_manifests, run_cli
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from mtpimage import yamlsource
+from mtpimage.manifests import yamlsource
 
 from .helpers import REPO, assert_one_line_error, copy_manifests
 

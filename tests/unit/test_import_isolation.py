@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from mtpimage.render import IMAGES_DIR
+from mtpimage.build.render import IMAGES_DIR
 
 CHECKS = IMAGES_DIR / "checks"
 

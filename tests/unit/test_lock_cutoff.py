@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mtpimage import lockfile, resolver
 from mtpimage.errors import InputError
-from mtpimage.locking import SETTLE, choose_cutoff
+from mtpimage.lock import lockfile, resolver
+from mtpimage.lock.locker import SETTLE, choose_cutoff
 from tests.fixtures.dated_index import DatedIndex
 
 OLD, NEW = "2020-06-01T00:00:00Z", "2022-06-01T00:00:00Z"
@@ -56,7 +56,7 @@ def test_a_cache_filled_before_the_cutoff_moved_does_not_answer(index):
 
 
 def test_an_index_without_upload_times_resolves_unbounded_and_says_so(tmp_path, http_server, monkeypatch):
-    from mtpimage.pydeps import write_stub_wheel
+    from mtpimage.lock.pydeps import write_stub_wheel
 
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     d = http_server.root / "simple" / "demo"
@@ -141,7 +141,7 @@ def test_version_changes_name_each_moved_package():
 
 
 def test_the_shipped_lock_records_its_cutoff():
-    from mtpimage import manifest
+    from mtpimage.manifests import manifest
 
     doc = lockfile.read(lockfile.lock_path(manifest.load().root))
     cutoff = lockfile.cutoff_of(doc)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import lockfile, manifest, probes, pydeps, sources
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
-from mtpimage.rules import FAIL, PASS
+from mtpimage.lock import lockfile, probes, pydeps, sources
+from mtpimage.manifests import manifest
+from mtpimage.manifests.rules import FAIL, PASS
 
 
 def write(root: Path, rel: str, text: str) -> None:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mtpimage import sources
+from mtpimage.lock import sources
 
 
 def _git(*args, cwd):

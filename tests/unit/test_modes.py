@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from mtpimage import manifest, modes, rules, schema
-from mtpimage.plan import build_plan
-from mtpimage.render import IMAGES_DIR, render
+from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.manifests import manifest, modes, rules, schema
+from mtpimage.plan.model import build_plan
 
 from .helpers import copy_manifests, edit_yaml
 

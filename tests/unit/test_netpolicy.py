@@ -84,7 +84,7 @@ def test_success_after_a_transient_failure(monkeypatch):
 def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
     """sources' retries are the policy's: MTP_NET_RETRIES=2 means two git fetch attempts
     for a transient failure (a server that hangs up), one for a missing commit."""
-    from mtpimage import sources
+    from mtpimage.lock import sources
 
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MTP_NET_RETRIES", "2")
@@ -108,7 +108,7 @@ def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
 
 def test_a_failed_fetch_is_not_retried_for_every_profile(monkeypatch):
     """check --probe-sources: a (repo, commit) that failed once fails at once afterwards."""
-    from mtpimage import sources
+    from mtpimage.lock import sources
 
     calls = []
 

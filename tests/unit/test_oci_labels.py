@@ -5,9 +5,10 @@ labels is in the rendered Dockerfile, so the identity does not move with them.""
 
 from __future__ import annotations
 
-from mtpimage import manifest, versionvector
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
-from mtpimage.render import render
+from mtpimage.manifests import manifest
+from mtpimage.outputs import versionvector
 
 
 def test_static_labels_name_the_packaged_software_and_keep_verl_in_the_namespace():

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage import manifest, patches, sources
-from mtpimage.buildctx import patch_entries
+from mtpimage.build.buildctx import patch_entries
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
-from mtpimage.plan import Patch
-from mtpimage.render import render
+from mtpimage.lock import sources
+from mtpimage.manifests import manifest, patches
+from mtpimage.plan.model import Patch
 from tests.fixtures.gitrepos import SGLANG_FIX_PATHS, make_sglang
 
 from .helpers import REPO, assert_one_line_error, run_cli

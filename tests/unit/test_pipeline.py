@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage import manifest, pipeline, publish, registryapi
+from mtpimage.build import pipeline
 from mtpimage.errors import InputError
-from mtpimage.planning import plan_for
-from mtpimage.registry import Registry
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
+from mtpimage.publish import registryclient, release
+from mtpimage.publish.imageref import Registry
 
 DIGEST = "sha256:" + "e" * 64
 IMAGE_ID = "sha256:" + "1" * 64
@@ -23,7 +25,7 @@ def steps(monkeypatch):
     calls: list[str] = []
     state = {"tests_ok": True, "remote": None}
     monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: calls.append("frozen"))
-    monkeypatch.setattr(publish, "local_id", lambda ref: None)
+    monkeypatch.setattr(release, "local_id", lambda ref: None)
     monkeypatch.setattr(
         pipeline, "build_image", lambda plan, rendered, options, say: calls.append("build") or IMAGE_ID
     )
@@ -36,12 +38,12 @@ def steps(monkeypatch):
         ),
     )
     monkeypatch.setattr(
-        publish, "tag", lambda src, ref: calls.append(f"tag {ref.split(':')[-1].split('-')[0]}")
+        release, "tag", lambda src, ref: calls.append(f"tag {ref.split(':')[-1].split('-')[0]}")
     )
-    monkeypatch.setattr(publish, "untag", lambda ref: calls.append("untag"))
-    monkeypatch.setattr(publish, "publish", lambda *a, **k: calls.append("push") or DIGEST)
+    monkeypatch.setattr(release, "untag", lambda ref: calls.append("untag"))
+    monkeypatch.setattr(release, "publish", lambda *a, **k: calls.append("push") or DIGEST)
     monkeypatch.setattr(
-        registryapi.RegistryClient, "manifest_digest", lambda self, repo, tag: state["remote"]
+        registryclient.RegistryClient, "manifest_digest", lambda self, repo, tag: state["remote"]
     )
     return calls, state
 

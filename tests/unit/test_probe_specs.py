@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from mtpimage import manifest, probes, rules
+from mtpimage.build.render import IMAGES_DIR, render
 from mtpimage.cli import plan_for
-from mtpimage.probespecs import probe_specs
-from mtpimage.render import IMAGES_DIR, render
+from mtpimage.lock import probes
+from mtpimage.lock.probetable import probe_specs
+from mtpimage.manifests import manifest, rules
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,12 @@ import dataclasses
 
 import pytest
 
-from mtpimage import manifest, pipeline, publish, registryapi, report
+from mtpimage.build import pipeline
 from mtpimage.cli import plan_for
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.manifests import manifest
+from mtpimage.outputs import report
+from mtpimage.publish import registryclient, release
 from tests.unit.helpers import run_cli
 
 
@@ -84,10 +87,10 @@ def test_a_routes_link_is_not_part_of_the_identity(plans):
 
 def test_the_missing_base_error_points_to_the_stand_in(plans, monkeypatch):
     def unreachable(host, timeout=5):
-        raise registryapi.RegistryUnreachable(host, "GET /v2/", ConnectionRefusedError())
+        raise registryclient.RegistryUnreachable(host, "GET /v2/", ConnectionRefusedError())
 
-    monkeypatch.setattr(publish, "local_id", lambda ref: None)
-    monkeypatch.setattr(registryapi, "answers", unreachable)
+    monkeypatch.setattr(release, "local_id", lambda ref: None)
+    monkeypatch.setattr(registryclient, "answers", unreachable)
     with pytest.raises(EnvironmentProblem) as err:
         pipeline.base_preflight(plans["mtp-detach"])
     assert "is not present locally" in str(err.value)

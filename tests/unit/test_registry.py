@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mtpimage import workflow
 from mtpimage.errors import InputError
-from mtpimage.registry import ImageRef, Registry
+from mtpimage.outputs import workflow
+from mtpimage.publish.imageref import ImageRef, Registry
 
 D = "sha256:" + "c" * 64
 
@@ -129,9 +129,9 @@ def test_docker_hub_goes_unnamed_for_enroot_and_pyxis():
 def test_cli_summary_and_cluster_script_agree():
     """The job summary (from a pushed reference) and the CLI (from the registry) print the
     same strings, and the Slurm script uses the same pyxis reference."""
-    from mtpimage import manifest
-    from mtpimage.cluster import job_script
-    from mtpimage.plan import build_plan
+    from mtpimage.manifests import manifest
+    from mtpimage.outputs.jobscripts import job_script
+    from mtpimage.plan.model import build_plan
 
     reg = Registry.parse("registry.example.com:5000/ml")
     from_cli = reg.image("mtp-verl", digest=D).pull_strings()

@@ -1,4 +1,4 @@
-"""Registry look-ups with docker's stored credentials (dockerauth.py, registryapi.py), against
+"""Registry look-ups with docker's stored credentials (dockerauth.py, registryclient.py), against
 a small registry stand-in on loopback that requires a login: HTTP Basic, or a Bearer token
 from a token service that itself wants the login (as GHCR, Docker Hub and distribution's
 token auth do). The credentials come from $DOCKER_CONFIG/config.json as `docker login`
@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mtpimage import dockerauth
 from mtpimage.errors import EnvironmentProblem
-from mtpimage.registry import Registry
-from mtpimage.registryapi import RegistryClient
+from mtpimage.publish import dockerauth
+from mtpimage.publish.imageref import Registry
+from mtpimage.publish.registryclient import RegistryClient
 
 from .helpers import run_cli
 

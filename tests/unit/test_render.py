@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import dockerengine as engine  # the docker implementation of the engine seam
-from mtpimage import manifest
+from mtpimage.build.render import IMAGES_DIR, deterministic_tar, docker_quote, render
 from mtpimage.cli import plan_for
+from mtpimage.engine import dockerengine as engine
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.registry import Registry
-from mtpimage.render import IMAGES_DIR, deterministic_tar, docker_quote, render
+from mtpimage.manifests import manifest
+from mtpimage.publish.imageref import Registry
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = manifest.load(REPO / "manifests")

@@ -9,8 +9,11 @@ import hashlib
 import json
 from types import SimpleNamespace
 
-from mtpimage import buildctx, cli, extensions, manifest, pipeline
-from mtpimage.planning import plan_for
+from mtpimage import cli
+from mtpimage.build import buildctx, pipeline
+from mtpimage.ext import extensions
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 
 PROFILE = "mtp-detach"
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from mtpimage import pydeps, resolver, srcmeta
+from mtpimage.lock import pydeps, resolver, srcmeta
 
 
 def _wheels(tmp_path, specs):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import manifest, rules
-from mtpimage.plan import build_plan
+from mtpimage.manifests import manifest, rules
+from mtpimage.plan.model import build_plan
 
 from .helpers import copy_manifests, edit_yaml, run_main
 

@@ -1,4 +1,4 @@
-"""The SBOM (mtpimage/sbom.py): valid CycloneDX 1.5 by the official schema (the one
+"""The SBOM (mtpimage/outputs/sbom.py): valid CycloneDX 1.5 by the official schema (the one
 cyclonedx-python-lib ships, read offline), exactly the lock's set for a profile, the same
 bytes for the same plan, patches and compiled extensions where CycloneDX puts them; and
 the OCI artifact that attaches it (sbomattach.py) against an in-memory registry."""
@@ -14,11 +14,12 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
-from mtpimage import sbom, sbomattach
-from mtpimage.planning import load, plan_for
-from mtpimage.registry import Registry
-from mtpimage.render import render
-from mtpimage.sbom import BuiltWheel
+from mtpimage.build.render import render
+from mtpimage.outputs import sbom
+from mtpimage.outputs.sbom import BuiltWheel
+from mtpimage.plan.load import load, plan_for
+from mtpimage.publish import sbomattach
+from mtpimage.publish.imageref import Registry
 from tests.unit.helpers import REPO, run_main
 
 PROFILE = "mtp-detach"  # locked, with git sources, a patched wheel and compiled extensions
@@ -196,7 +197,7 @@ def test_the_cli_prints_and_writes_the_same_document(rendered, tmp_path):
 
 
 def test_known_wheels_come_from_the_wheel_cache(rendered, tmp_path, monkeypatch):
-    from mtpimage.wheelcache import WheelCache
+    from mtpimage.ext.wheelcache import WheelCache
     from tests.fixtures.wheels import make_wheel
 
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path))

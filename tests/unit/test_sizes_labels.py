@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpimage import manifest, sizes
-from mtpimage.planning import plan_for
-from mtpimage.render import render
+from mtpimage.build import sizes
+from mtpimage.build.render import render
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 

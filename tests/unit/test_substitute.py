@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from mtpimage import lockfile, manifest
+from mtpimage.build.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
-from mtpimage.render import render
+from mtpimage.lock import lockfile
+from mtpimage.manifests import manifest
 
 BASE = "127.0.0.1:5000/mtp-standin/cuda:13.0.2-devel@sha256:" + "a" * 64
 OMIT = "transformer-engine,flash-attn,apex"

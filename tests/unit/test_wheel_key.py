@@ -11,11 +11,12 @@ import shutil
 import pytest
 from packaging.utils import canonicalize_name
 
-from mtpimage import extbuild, extensions, manifest
+from mtpimage.build.render import render
+from mtpimage.ext import extbuild, extensions
+from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import IMAGES_DIR
-from mtpimage.planning import plan_for
-from mtpimage.render import render
-from mtpimage.wheelcache import WheelCache
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 from tests.fixtures.wheels import make_wheel
 
 PROFILE = "mtp-detach"
@@ -121,7 +122,7 @@ def _images_copy(tmp_path, rel: str, extra: str):
 @pytest.mark.parametrize(
     "rel, extra",
     [
-        ("partials/ext_build.j2", "# one more line in every builder stage\n"),
+        ("partials/ext_build.j2", "RUN true\n"),
         (f"lib/{extensions.BUILD_HELPER}", "# the helper every builder stage runs changed\n"),
     ],
 )
@@ -130,6 +131,14 @@ def test_the_builder_stage_text_and_its_helper_script_are_in_the_key(base, tmp_p
     before = _keys(root, plan)
     after = _keys(root, plan, _images_copy(tmp_path, rel, extra))
     assert all(before[n] != after[n] for n in before), rel
+
+
+def test_a_comment_in_the_builder_stage_is_not_in_the_key(base, tmp_path):
+    """Comments say why; rewording one must not recompile hours of CUDA kernels."""
+    root, plan = base
+    before = _keys(root, plan)
+    after = _keys(root, plan, _images_copy(tmp_path, "partials/ext_build.j2", "# reworded\n  # indented\n"))
+    assert before == after
 
 
 def test_parallel_jobs_are_not_in_the_key_nor_in_the_dockerfile(base, monkeypatch):

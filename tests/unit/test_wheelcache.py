@@ -1,4 +1,4 @@
-"""The extension wheel cache (mtpimage/wheelcache.py): the key is the sha256 of canonical JSON
+"""The extension wheel cache (mtpimage/ext/wheelcache.py): the key is the sha256 of canonical JSON
 and every input changes it; an entry appears whole or not at all; a changed wheel is reported,
 never returned; the first writer of a key wins. No docker, no network."""
 
@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from mtpimage import wheelcache
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.wheelcache import CorruptEntry, WheelCache, cache_key
+from mtpimage.ext import wheelcache
+from mtpimage.ext.wheelcache import CorruptEntry, WheelCache, cache_key
 from tests.fixtures.wheels import make_wheel
 
 from .helpers import assert_one_line_error, run_cli

@@ -10,10 +10,11 @@ import json
 
 import pytest
 
-from mtpimage import extbuild, extensions, manifest
-from mtpimage.planning import plan_for
-from mtpimage.render import render
-from mtpimage.wheelcache import WheelCache
+from mtpimage.build.render import render
+from mtpimage.ext import extbuild, extensions
+from mtpimage.ext.wheelcache import WheelCache
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
 from tests.fixtures.wheels import make_wheel
 
 from .helpers import assert_one_line_error, run_cli

@@ -1,4 +1,4 @@
-"""What a pull accepts from a registry (mtpimage/wheelshare.py), without one: the artifact's
+"""What a pull accepts from a registry (mtpimage/ext/wheelshare.py), without one: the artifact's
 manifest and config are checked field by field before any wheel byte is trusted. The real
 registry round trip is tests/e2e/test_wheelshare_e2e.py."""
 
@@ -9,11 +9,17 @@ import json
 
 import pytest
 
-from mtpimage import wheelshare
 from mtpimage.errors import InputError
-from mtpimage.registryapi import RegistryHTTPError, RegistryUnreachable
-from mtpimage.wheelcache import WheelCache, cache_key
-from mtpimage.wheelshare import ArtifactRefused, artifact_manifest, canonical, check_config, check_manifest
+from mtpimage.ext import wheelshare
+from mtpimage.ext.wheelcache import WheelCache, cache_key
+from mtpimage.ext.wheelshare import (
+    ArtifactRefused,
+    artifact_manifest,
+    canonical,
+    check_config,
+    check_manifest,
+)
+from mtpimage.publish.registryclient import RegistryHTTPError, RegistryUnreachable
 
 INPUTS = {"schema": 1, "name": "apex", "version": "0.1", "archs": ["90"]}
 KEY = cache_key(INPUTS)

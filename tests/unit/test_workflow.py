@@ -9,7 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from mtpimage import manifest, workflow
+from mtpimage.manifests import manifest
+from mtpimage.outputs import workflow
 
 from .helpers import REPO, copy_manifests, run_main
 

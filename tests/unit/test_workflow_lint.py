@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage import manifest, workflow
+from mtpimage.manifests import manifest
+from mtpimage.outputs import workflow
 
 from .helpers import REPO
 

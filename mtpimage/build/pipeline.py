@@ -1,0 +1,406 @@
+"""The main job (`python build.py --profile NAME`), as one sequence of steps:
+
+    frozen check -> render -> up to date? -> build (untagged) -> test -> tag -> push
+
+Each step is a function below and `run()` calls them in this order; nothing is tagged
+before the checks passed, and with a registry a failed step puts back every local tag the
+run set or moved (release.py rolls back the registry). The command line is parsed in
+commands/ and handed over as a MainJob; progress goes to `say`; `run()` returns a JobResult
+(built or up to date, the reference, the image ID), which is all build.py's fast path
+remembers a run by.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtpimage import engine
+from mtpimage.build import imagetest, sizes
+from mtpimage.build.render import Rendered, render
+from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
+from mtpimage.lock import lockfile
+from mtpimage.manifests.manifest import Manifests
+from mtpimage.outputs.versionvector import identity_labels
+from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
+from mtpimage.publish import release
+from mtpimage.publish.imageref import ImageRef, Registry
+
+Say = Callable[[str], None]
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+class TestsFailed(BuilderError):
+    exit_code = EXIT_RULES
+
+
+BUILT, UP_TO_DATE = "built", "up to date"
+
+
+def image_line(ref: str) -> str:
+    """The line that names the image a run is about (its first line of progress)."""
+    return f"image   {ref}"
+
+
+def up_to_date_line(ref: str, where: str = "locally") -> str:
+    return f"up to date: {ref} exists {where}; nothing to build"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a main job that succeeded did: the contract between the pipeline and its callers
+    (the CLI's exit status, build.py's fast-path memo). Failures are raised, not returned."""
+
+    state: str  # BUILT or UP_TO_DATE
+    ref: str  # the local content tag, mtp-verl:<identity>
+    image_id: str | None  # None: up to date in the registry only, not in the local engine
+    local_only: bool  # no registry: both local tags are on image_id
+    pushed: bool = False
+    exit_code: int = 0
+
+    @property
+    def rememberable(self) -> bool:
+        """A plain local run whose image and both tags are here: the fast path may replay it."""
+        return self.local_only and self.image_id is not None
+
+    @property
+    def heading(self) -> str:
+        return image_line(self.ref)
+
+    @property
+    def up_to_date(self) -> str:
+        """What this run prints, after its heading, when run again with the image still here."""
+        return up_to_date_line(self.ref)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build: BuildKit secrets, builder, cache and output (none of it in the identity)."""
+
+    ca_bundle: Path | None = None
+    netrc: Path | None = None
+    builder: str | None = None
+    progress: str | None = None  # None: tty on a terminal, else plain
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MainJob:
+    manifests: Manifests
+    plan: Plan
+    frozen: bool | None = None  # None: frozen when lock.yaml exists
+    registry: Registry | None = None  # set: push after the tests pass
+    build: BuildOptions = field(default_factory=BuildOptions)
+    gpu: bool = False
+    full_checks: bool = False  # run every in-image check, none reused (imagetest.run_checks)
+    summary_file: Path | None = None
+
+
+# ----------------------------------------------------------------------------- the steps
+def check_frozen(job: MainJob, warn: Say = _warn) -> None:
+    """Stop when manifests/ and lock.yaml disagree (unless --no-frozen)."""
+    if job.frozen is False:
+        return
+    if job.frozen is None and not lockfile.lock_path(job.manifests.root).is_file():
+        warn(
+            f"warning: no {job.manifests.root.name}/lock.yaml: building unlocked pins "
+            "(run `python build.py lock`)"
+        )
+        return
+    lockfile.check_frozen(job.manifests, job.plan)
+
+
+def base_preflight(plan: Plan) -> None:
+    """The base must be present locally or its registry reachable; say which, clearly."""
+    from mtpimage.publish.registryclient import RegistryUnreachable, answers
+
+    base = plan.base_image
+    if release.local_id(base) is not None:
+        return
+    host = ImageRef.parse(base, flag="base image").host
+    try:
+        answers(host)
+    except RegistryUnreachable as exc:
+        raise EnvironmentProblem(
+            f"base image {base} is not present locally and its registry {host} cannot be reached "
+            f"({exc.reason}) (fix: `docker pull` or `docker load` it on this machine, or "
+            "build where the registry is reachable; real profiles need their real CUDA base. "
+            "To try the stack on a machine that cannot reach it, build on a local stand-in "
+            "base: MTP_SUBSTITUTE_BASE, see docs/real-stack.md)"
+        ) from None
+
+
+def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
+    """BuildKit build of the rendered context with its sources; returns the untagged image id.
+    A size budget the image exceeds fails here, before any tag."""
+    from mtpimage.build.buildctx import build_context
+
+    base_preflight(plan)
+    t0 = time.monotonic()
+    wheels = extension_wheels(plan, rendered, options, say)
+    context = build_context(rendered, progress=say, wheels=wheels)
+    eng = engine.current()
+    say(f"build   {rendered.identity} with {eng.describe()}")
+    req = engine.BuildRequest(
+        context_tar=context,
+        labels={**identity_labels(rendered.identity), **extension_labels(wheels)},
+        ca_bundle=options.ca_bundle,
+        netrc=options.netrc,
+        builder=options.builder,
+        progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+        no_cache=options.no_cache,
+        cache_from=options.cache_from,
+        cache_to=options.cache_to,
+    )
+    image_id = eng.build(req)
+    say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
+    sizes.after_build(plan, image_id, say)
+    return image_id
+
+
+def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:
+    """The compiled extensions' wheels, from the wheel cache or built once per key in their
+    builder stages (same secrets and builder as the image build); see extbuild.py."""
+    from mtpimage.build.buildctx import build_context
+    from mtpimage.ext import extbuild, extensions
+
+    if not extensions.built(plan):
+        return {}
+
+    def context_for(name: str) -> bytes:
+        return build_context(rendered, progress=say, only_extension=name)
+
+    def request_for(context: bytes, target: str, out_dir: Path, build_args) -> None:
+        engine.current().build(
+            engine.BuildRequest(
+                context_tar=context,
+                labels={},
+                ca_bundle=options.ca_bundle,
+                netrc=options.netrc,
+                builder=options.builder,
+                progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+                target=target,
+                output_dir=out_dir,
+                build_args=tuple(build_args),
+                network="host",  # the compile cache is served on the host's loopback
+            )
+        )
+
+    return extbuild.ensure_wheels(
+        rendered, context_for, request_for, say, jobs=extbuild.max_jobs(plan.ext_max_jobs)
+    )
+
+
+def extension_labels(wheels: dict) -> dict[str, str]:
+    """Each compiled wheel's sha256 on the image (the rendered version vector holds its key)."""
+    from mtpimage.outputs.versionvector import LABEL_NS
+
+    return {
+        f"{LABEL_NS}.extension.{name}": f"{w.filename} sha256:{w.sha256}"
+        for name, w in sorted(wheels.items())
+    }
+
+
+def attach_sbom(
+    job: MainJob,
+    rendered: Rendered,
+    client,
+    digest: str,
+    fresh: bool,
+    summary: dict,
+    say: Say = _say,
+    pushed: list | None = None,
+) -> str:
+    """Attach the plan's SBOM (sbom.py) to the pushed image `digest` (sbomattach.py); -> its
+    reference. `fresh`: this run built the image, so its SBOM (which knows the wheels it
+    compiled) replaces any; otherwise an SBOM already attached stays. With --summary-file it
+    is also written beside the summary, as `<profile>.sbom.cdx.json`. `pushed` gets the
+    artifact's digest when this call pushed one (for the roll-back of a failed push)."""
+    from mtpimage.outputs import sbom
+    from mtpimage.publish import sbomattach
+
+    there = None if fresh else sbomattach.attached(client, IMAGE_REPOSITORY, digest)
+    if there is not None:
+        ref = f"{client.registry.ref(IMAGE_REPOSITORY, sbomattach.sbom_tag(digest))}@{there}"
+    else:
+        data = sbom.for_rendered(rendered)
+        ref = sbomattach.attach(client, IMAGE_REPOSITORY, digest, data, sbom.file_name(job.plan.profile))
+        if pushed is not None:
+            pushed.append(ref.rsplit("@", 1)[1])
+        if job.summary_file:
+            job.summary_file.parent.mkdir(parents=True, exist_ok=True)
+            (job.summary_file.parent / sbom.file_name(job.plan.profile)).write_bytes(data)
+    say(f"sbom    {ref}")
+    summary["sbom"] = ref
+    return ref
+
+
+def run_tests(image: str, gpu: bool, say: Say = _say, full: bool = False) -> imagetest.TestReport:
+    say(f"test    in-image checks on {image[:40]}")
+    report = imagetest.run_checks(image, gpu=gpu, full=full)
+    say(report.table())
+    return report
+
+
+def say_pulls(ref: ImageRef, say: Say = _say) -> None:
+    say(f"digest  {ref.digest}")
+    for key, text in ref.pull_strings().items():
+        say(f"{key:<9} {text}")
+
+
+# ----------------------------------------------------------------------------- the job
+def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> JobResult:
+    """The main job; returns what it did (errors are raised as BuilderError)."""
+    check_frozen(job, warn)
+    summary = {
+        "profile": job.plan.profile,
+        "image": None,
+        "pushed": False,
+        "references": [],
+        "digest": None,
+        "up_to_date": False,
+    }
+    try:
+        return _build_test_publish(job, summary, say)
+    finally:
+        if job.summary_file:
+            # Written on failure too, so CI's job summary can say how far the run got.
+            job.summary_file.parent.mkdir(parents=True, exist_ok=True)
+            job.summary_file.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
+    plan, reg = job.plan, job.registry
+    rendered = render(plan, job.manifests.root)
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    client = None
+    if reg is not None:
+        from mtpimage.publish.registryclient import RegistryClient
+
+        client = RegistryClient(reg)
+    say(image_line(local))
+    summary["image"] = local
+    local_id = release.local_id(local)
+    remote = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if client else None
+    if reg is None:
+        return _steps(job, rendered, client, local_id, remote, summary, say)
+    # With a registry, a failed push must leave no new tag anywhere: the local tags this run
+    # sets or moves are put back as they were (README, "Publish only after the tests pass").
+    before = {local: local_id, human_local: release.local_id(human_local)}
+    try:
+        return _steps(job, rendered, client, local_id, remote, summary, say)
+    except BaseException:
+        notes = release.restore_local_tags(before)
+        if notes:
+            say("rolled back " + "; ".join(notes))
+        raise
+
+
+def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> JobResult:
+    plan, reg = job.plan, job.registry
+    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    if local_id is not None or remote is not None:
+        # up to date: the identity names plan + context, so an existing tag is this image
+        human_ok = reg is None or (
+            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote
+        )
+        if local_id is not None and release.local_id(human_local) != local_id:
+            release.tag(local_id, human_local)
+        if human_ok:
+            where = (
+                "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
+            )
+            say(up_to_date_line(local, where))
+            summary["up_to_date"] = True
+            if reg is not None:
+                attach_sbom(job, rendered, client, remote, False, summary, say)
+                _published(summary, reg, rendered.identity, plan.profile, remote, say)
+            return JobResult(UP_TO_DATE, local, local_id, local_only=reg is None)
+        if local_id is None:
+            raise EnvironmentProblem(
+                f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
+                f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                f"(fix: docker pull it, then run again to move the tag)"
+            )
+        say(f"up to date: {local} exists locally; publishing it")
+        state, image_id = UP_TO_DATE, local_id
+    else:
+        image_id = build_image(plan, rendered, job.build, say)
+        report = run_tests(image_id, job.gpu, say, full=job.full_checks)
+        summary["checks"] = report.summary()
+        if not report.ok:
+            raise TestsFailed(
+                f"in-image checks failed; no tag was set or moved (image {image_id[:19]} left untagged)"
+            )
+        release.tag(image_id, local)
+        release.tag(image_id, human_local)
+        say(f"tagged  {local} and {human_local}")
+        state = BUILT
+    if reg is None:
+        return JobResult(state, local, image_id, local_only=True)
+    sboms: list[str] = []  # the SBOM this run attached, if any
+    image_digest: list[str] = []
+
+    def before_move(d: str) -> None:
+        image_digest.append(d)
+        attach_sbom(job, rendered, client, d, state == BUILT, summary, say, pushed=sboms)
+
+    try:
+        digest = release.publish(
+            local,
+            IMAGE_REPOSITORY,
+            rendered.identity,
+            plan.profile,
+            reg,
+            client,
+            say,
+            before_move=before_move,
+        )
+    except BaseException:
+        # publish rolled the image back; an SBOM whose image is gone would name nothing
+        if sboms and _image_gone(client, rendered.identity):
+            from mtpimage.publish.sbomattach import detach
+
+            detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
+            say(f"rolled back the SBOM {sboms[0]}")
+        raise
+    say(
+        f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
+        f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
+    )
+    summary["pushed"] = True
+    _published(summary, reg, rendered.identity, plan.profile, digest, say)
+    return JobResult(state, local, image_id, local_only=False, pushed=True)
+
+
+def _image_gone(client, identity: str) -> bool:
+    """After a failed push: is the content tag gone from the registry? (No answer: keep.)"""
+    try:
+        return client.manifest_digest(IMAGE_REPOSITORY, identity) is None
+    except Exception:  # noqa: BLE001 - the push's own error matters
+        return False
+
+
+def _published(summary: dict, reg: Registry, identity: str, profile: str, digest: str, say: Say) -> None:
+    """What a run that ends with the image in the registry reports: the summary's digest and
+    references, and the pull strings."""
+    summary.update(
+        digest=digest,
+        references=[reg.ref(IMAGE_REPOSITORY, identity), reg.ref(IMAGE_REPOSITORY, profile)],
+    )
+    say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)

@@ -1,0 +1,207 @@
+"""What a container engine must do for the tool: the ContainerEngine interface, its requests,
+results and errors (engine.py hands out the one this run uses).
+
+Like repo2docker's ContainerEngine, the interface names what the tool needs from an engine
+(build, inspect, tag, push, pull, run, copy out, remove) and nothing of how an engine is
+reached; dockerengine.py is the one implementation today (the docker CLI for all of it:
+BuildKit builds must go through a CLI, see there), and a second engine (buildah) is one
+more subclass and one more line in engine.current(). The rule that a missing image is pulled
+only from a registry its reference names, never looked up on docker.io, is written once
+here (`ensure_local`) on top of the primitives.
+
+The fast path cannot afford this module's imports; its one question ("which image does this
+tag name?") is dockersocket.quick_image_id, one standard-library request on the engine's socket.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
+
+
+class BuildFailed(BuilderError):
+    exit_code = 1
+
+
+@dataclass
+class BuildRequest:
+    context_tar: bytes
+    labels: dict
+    ca_bundle: Path | None = None
+    netrc: Path | None = None
+    builder: str | None = None
+    progress: str = "auto"
+    network: str | None = None
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+    target: str | None = None  # a stage of the Dockerfile (a compiled extension's builder)
+    output_dir: Path | None = None  # export the target's files here instead of an image
+    build_args: tuple[tuple[str, str], ...] = ()  # not in the Dockerfile text: not in the identity
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class PullFailed(EnvironmentProblem):
+    """A pull the registry answered with no (`missing`, `denied`) or did not answer."""
+
+    def __init__(self, ref: str, why: str, detail: str):
+        self.ref, self.why, self.detail = ref, why, detail  # why: missing | denied | unreachable
+        super().__init__(f"pull of {ref} failed ({why}): {detail}")
+
+
+class PushFailed(EnvironmentProblem):
+    """A push that failed; `transient` says whether another attempt may pass."""
+
+    def __init__(self, ref: str, detail: str, transient: bool, tool: str = "docker push"):
+        self.stderr = detail.strip()[-300:]
+        self.transient = transient
+        host = ref.split("/")[0]
+        fix = (
+            f"check that registry {host} runs and answers, then run again"
+            if transient
+            else f"docker login {host} with a user that may push there, or use another --registry"
+        )
+        super().__init__(
+            f"{tool} {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; no tag was moved)"
+        )
+
+
+class StartFailed(EnvironmentProblem):
+    """A container was created but could not start (no GPU, no such runtime, no image)."""
+
+    def __init__(self, image: str, detail: str, image_missing: bool = False):
+        self.image, self.detail, self.image_missing = image, detail, image_missing
+        super().__init__(f"cannot start a container of {image}: {detail[-400:]}")
+
+
+class ContainerEngine(ABC):
+    """What the tool asks of a container engine. Implementations raise the engine's own
+    "not reachable" error (an EnvironmentProblem, exit 3) from every call: "no such image"
+    must never be concluded from an engine that is not there."""
+
+    # -- build
+    @abstractmethod
+    def describe(self) -> str:
+        """How builds run here, for the `build` line (e.g. the CLI and its BuildKit client)."""
+
+    @abstractmethod
+    def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
+        """Build the context tar; return the image ID, untagged ("" with req.output_dir)."""
+
+    # -- images
+    @abstractmethod
+    def image_id(self, ref: str) -> str | None:
+        """The ID of a local image, or None when there is none."""
+
+    @abstractmethod
+    def labels(self, ref: str) -> dict[str, str]:
+        """The labels of a local image."""
+
+    @abstractmethod
+    def history(self, ref: str) -> list[tuple[int, str]]:
+        """(bytes, the instruction that made it) per layer of a local image, oldest first."""
+
+    def rootfs(self, ref: str) -> tuple[list[str], list[str]] | None:
+        """(the diff IDs of its layers, oldest first; its config's Env) of a local image, for
+        the reuse of in-image checks (checkreuse.py). None: this engine cannot tell, and the
+        checks run in full."""
+        return None
+
+    @abstractmethod
+    def tag(self, src: str, ref: str) -> None: ...
+
+    @abstractmethod
+    def untag(self, ref: str) -> None:
+        """Remove the tag `ref` (never the layers another tag still uses); a missing tag is fine."""
+
+    @abstractmethod
+    def push(self, ref: str) -> None:
+        """Push `ref` once; raise PushFailed (its `transient` decides a retry)."""
+
+    @abstractmethod
+    def pull(self, ref: str) -> None:
+        """Pull exactly `ref`; raise PullFailed."""
+
+    # -- containers
+    @abstractmethod
+    def run(self, image: str, command: list[str], gpu: bool = False, timeout: float = 900) -> RunResult:
+        """Run `command` in a new container of a local image, wait, collect both streams and
+        remove the container whatever happened; raise StartFailed when it cannot start."""
+
+    @abstractmethod
+    def create(self, image: str, command: list[str]) -> str:
+        """A created, never started container of a local image; returns its ID."""
+
+    @abstractmethod
+    def copy_out(self, container: str, path: str) -> bytes | None:
+        """A tar of `path` in the container; None when the path does not exist there."""
+
+    @abstractmethod
+    def export(self, container: str) -> Iterator[bytes]:
+        """The container's filesystem as a tar stream."""
+
+    @abstractmethod
+    def remove(self, container: str) -> None:
+        """Remove a container (forced); a missing one is fine."""
+
+    # -- written once, on the primitives
+    def ensure_local(self, ref: str, flag: str | None = "--image") -> None:
+        """The image must be in the local engine. A bare name is never looked up on docker.io
+        (from air-gapped machines that only ends in a DNS error); a reference that names its
+        registry is pulled from there once. `flag`: what the error names (None: the ref)."""
+        if self.image_id(ref) is not None:
+            return
+        where, key = (flag, ref) if flag else (ref, None)
+        host = registry_host(ref)
+        if host is None:
+            raise InputError(
+                where,
+                key,
+                "no such image in the local Docker engine (a name without a "
+                "registry host is not looked up on docker.io)",
+                "build it with python build.py --profile NAME, `docker load` or `docker pull` "
+                "it, or give the registry: HOST[:PORT]/NAME:TAG",
+            )
+        try:
+            self.pull(ref)
+        except PullFailed as exc:
+            err = exc.detail
+            if exc.why == "missing":
+                raise InputError(
+                    where,
+                    key,
+                    f"not in the local Docker engine, nor in registry {host}",
+                    "check the name and tag, or push it there first",
+                ) from None
+            if exc.why == "denied":
+                raise EnvironmentProblem(
+                    f"{ref} is not in the local Docker engine and registry {host} "
+                    f"refuses to serve it: {err[-200:]} (fix: docker login {host})"
+                ) from None
+            raise EnvironmentProblem(
+                f"{ref} is not in the local Docker engine and registry {host} cannot "
+                f"be reached: {err[-200:]} (fix: check that the registry runs and is "
+                f"reachable from this machine, or docker load the image)"
+            ) from None
+
+
+def registry_host(ref: str) -> str | None:
+    """The registry a reference names explicitly (`host[:port]/...`), or None for a bare name
+    (which docker would look up on docker.io)."""
+    from mtpimage.publish.imageref import ImageRef
+
+    try:
+        parsed = ImageRef.parse(ref)
+    except InputError:
+        return None  # not a reference docker could pull either: reported as not found
+    return parsed.host if parsed.explicit_host else None

@@ -1,0 +1,400 @@
+"""The Docker engine, through the docker CLI for every call.
+
+Builds must use a CLI: the Docker SDK cannot build with BuildKit (docker/docker-py#2230).
+The rest (inspect, tag, push, pull, run, copy out, remove) uses the same CLI rather than the
+SDK, so one client finds the engine one way: the CLI honours `docker context` (the SDK reads
+only DOCKER_HOST), its error wording is the one users see in their own shells, a no-op run
+pays no SDK import, and no helper process (testcontainers' ryuk, which cannot be pulled on
+air-gapped machines) is started.
+
+A CLI is used for builds only after it proved it has a BuildKit client:
+  `docker buildx version` answers           -> `docker buildx build --load`
+  `DOCKER_BUILDKIT=1 docker build --help` lists --secret -> the built-in client (CLI <= 22)
+A newer CLI without the buildx plugin refuses DOCKER_BUILDKIT=1: it is skipped, not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from mtpimage import settings
+from mtpimage.build import buildlog
+from mtpimage.engine.containerengine import (
+    BuildFailed,
+    BuildRequest,
+    ContainerEngine,
+    PullFailed,
+    PushFailed,
+    RunResult,
+    StartFailed,
+)
+from mtpimage.errors import EnvironmentProblem, InputError
+
+
+@dataclass(frozen=True)
+class BuildKitCLI:
+    cli: str
+    mode: str  # "buildx" | "builtin"
+    version: str
+
+    def describe(self) -> str:
+        how = "docker buildx build" if self.mode == "buildx" else "DOCKER_BUILDKIT=1 docker build"
+        return f"{self.cli} (CLI {self.version}, {how})"
+
+
+def candidates() -> list[str]:
+    found: list[str] = []
+    explicit = settings.current().docker_cli
+    paths = [explicit] if explicit else []
+    paths += [shutil.which("docker") or "", "/usr/bin/docker", "/usr/local/bin/docker"]
+    for p in paths:
+        if p and os.access(p, os.X_OK):
+            real = os.path.realpath(p)
+            if real not in found:
+                found.append(real)
+    return found
+
+
+def _run(argv, env=None, timeout=60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+
+@cache
+def detect() -> BuildKitCLI:
+    report = []
+    for cli in candidates():
+        ver = _run([cli, "version", "--format", "{{.Client.Version}}"]).stdout.strip() or "?"
+        if _run([cli, "buildx", "version"]).returncode == 0:
+            return BuildKitCLI(cli, "buildx", ver)
+        proc = _run([cli, "build", "--help"], env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        if proc.returncode == 0 and "--secret" in proc.stdout:
+            return BuildKitCLI(cli, "builtin", ver)
+        why = (proc.stderr or proc.stdout).strip().splitlines()
+        report.append(f"{cli} (CLI {ver}): {why[0] if why else 'no BuildKit client'}")
+    if not report:
+        raise EnvironmentProblem("no docker CLI found (fix: install docker, e.g. Debian's docker.io)")
+    raise EnvironmentProblem(
+        "no docker CLI here can build with BuildKit: "
+        + "; ".join(report)
+        + " (fix: install the buildx plugin, or use a CLI with the built-in BuildKit client such as "
+        "Debian's docker.io; MTP_DOCKER_CLI=PATH selects one)"
+    )
+
+
+# ----------------------------------------------------------------------------- errors
+# What the docker CLI says when no engine answers at the address it uses.
+UNREACHABLE = (
+    "cannot connect to the docker daemon",
+    "is the docker daemon running",
+    "error during connect",
+    "error while fetching server api version",
+)
+NO_PERMISSION = "permission denied while trying to connect to the docker daemon"
+# docker push's messages for failures another attempt cannot fix.
+PUSH_PERMANENT = (
+    "denied",
+    "unauthorized",
+    "authentication required",
+    "forbidden",
+    "name unknown",
+    "name invalid",
+    "manifest invalid",
+    "tag invalid",
+    "no such image",
+    "does not exist",
+    "an image does not exist locally",
+)
+PULL_MISSING = ("not found", "manifest unknown", "name unknown", "does not exist")
+PULL_DENIED = ("unauthorized", "denied", "authentication required")
+NO_SUCH_PATH = ("could not find the file", "no such container:path")
+NO_SUCH_IMAGE = ("no such image", "unable to find image")
+
+
+class EngineUnreachable(EnvironmentProblem):
+    """No Docker engine answers where the CLI looks for one."""
+
+    def __init__(self, detail: str = "", permission: bool = False):
+        host = os.environ.get("DOCKER_HOST")
+        found = re.search(r"daemon(?: socket)? at (\S+?)[.:]?(?:\s|$)", detail or "")
+        if host:
+            where, source = host, "from DOCKER_HOST"
+        elif os.environ.get("DOCKER_CONTEXT"):
+            where = found.group(1) if found else "?"
+            source = f"from docker context {os.environ['DOCKER_CONTEXT']!r} (DOCKER_CONTEXT)"
+        else:
+            where = found.group(1) if found else "unix:///var/run/docker.sock"
+            source = "DOCKER_HOST is not set"
+        if permission:
+            super().__init__(
+                f"the Docker engine at {where} ({source}) refuses this user: permission denied on its "
+                "socket (fix: add the user to the docker group and log in again, run as root, or set "
+                "DOCKER_HOST to an engine this user may use)"
+            )
+        else:
+            super().__init__(
+                f"the Docker engine cannot be reached at {where} ({source}) (fix: start dockerd, e.g. "
+                "`sudo systemctl start docker` or `sudo dockerd &`, or set DOCKER_HOST to a running "
+                "engine)"
+            )
+
+
+def unreachable(detail: str) -> EngineUnreachable | None:
+    """The error to raise when `detail` (CLI stderr) says no engine answered."""
+    low = (detail or "").lower()
+    if NO_PERMISSION in low:
+        return EngineUnreachable(detail, permission=True)
+    if any(p in low for p in UNREACHABLE):
+        return EngineUnreachable(detail)
+    return None
+
+
+def docker(
+    *args: str, check: bool = True, timeout: float = 600, input: bytes | None = None
+) -> subprocess.CompletedProcess:
+    """One docker CLI call. Any CLI talks to the daemon; BuildKit detection (three CLI calls)
+    is only paid for builds, which keeps no-op runs fast. An engine that does not answer is
+    an EngineUnreachable error even with check=False."""
+    found = candidates()
+    if not found:
+        raise EnvironmentProblem(
+            "no docker CLI found (fix: install docker, e.g. Debian's docker.io, or set MTP_DOCKER_CLI=PATH)"
+        )
+    proc = subprocess.run([found[0], *args], capture_output=True, timeout=timeout, input=input)
+    if proc.returncode != 0:
+        down = unreachable(_text(proc.stderr))
+        if down is not None:
+            raise down
+    if check and proc.returncode != 0:
+        raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: {_text(proc.stderr).strip()[-400:]}")
+    return proc
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode(errors="replace")
+
+
+# ----------------------------------------------------------------------------- builds
+def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
+    """The CLI's command line for one BuildKit build read from stdin."""
+    if kit.mode == "buildx":
+        argv = [kit.cli, "buildx", "build"] + ([] if req.output_dir else ["--load"])
+        if req.builder:
+            argv += ["--builder", req.builder]
+    else:
+        if req.builder:
+            raise InputError(
+                "--builder",
+                req.builder,
+                "this docker CLI has no buildx: it builds on the local daemon only",
+                "install the buildx plugin or drop --builder",
+            )
+        argv = [kit.cli, "build"]
+    # a local export has no image: the CLI fails "server did not provide an image ID" after
+    # the files were written when asked for one (seen with docker 20.10)
+    argv += ([] if req.output_dir else ["--iidfile", str(iidfile)]) + ["--progress", req.progress]
+    if req.target:
+        argv += ["--target", req.target]
+    if req.output_dir:
+        argv += ["--output", f"type=local,dest={Path(req.output_dir).resolve()}"]
+    for key, value in req.build_args:
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(req.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+            argv += ["--secret", f"id={sid},src={p.resolve()}"]
+    if req.network:
+        argv += ["--network", req.network]
+    if req.no_cache:
+        argv += ["--no-cache"]
+    if req.cache_to and kit.mode != "buildx":
+        raise InputError(
+            "--cache-to",
+            req.cache_to[0],
+            "exporting a build cache needs docker buildx",
+            "install the buildx plugin or drop --cache-to",
+        )
+    for spec in req.cache_from:
+        argv += ["--cache-from", spec]
+    for spec in req.cache_to:
+        argv += ["--cache-to", spec]
+    return argv + ["-"]
+
+
+def _stream_build(
+    argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool, watch=None
+) -> tuple:
+    """Run the build with the context on stdin, echoing its output; (returncode, last lines).
+    `watch` (a buildlog.Watcher) reads every line: pip's refusals span more than the tail."""
+    log = open(log_path, "wb") if log_path else None
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+
+        def feed():
+            try:
+                proc.stdin.write(context)
+            finally:
+                proc.stdin.close()
+
+        # fed from a thread: a context larger than the pipe would block before any output is read
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        tail: list[str] = []
+        for raw in proc.stdout:
+            if log:
+                log.write(raw)
+            line = _text(raw)
+            tail = (tail + [line.rstrip()])[-25:]
+            if watch is not None:
+                watch.feed(line)
+            if echo:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        proc.wait()
+        feeder.join(timeout=5)
+    finally:
+        if log:
+            log.close()
+    return proc.returncode, tail
+
+
+# ----------------------------------------------------------------------------- the engine
+class DockerEngine(ContainerEngine):
+    def describe(self) -> str:
+        return detect().describe()
+
+    def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
+        """No tag is set: tags are set only after the image passed its tests. With
+        `output_dir`, the target stage's files are exported there and "" is returned."""
+        kit = detect()
+        env = dict(os.environ)
+        if kit.mode == "builtin":
+            env["DOCKER_BUILDKIT"] = "1"
+        with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            watch = buildlog.Watcher()
+            code, tail = _stream_build(
+                build_argv(kit, req, iidfile), env, req.context_tar, log_path, echo, watch
+            )
+            if code != 0:
+                # a file that changed under its locked URL, as one line; else the log's last lines
+                raise BuildFailed(
+                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
+                )
+            return "" if req.output_dir else iidfile.read_text().strip()
+
+    def image_id(self, ref: str) -> str | None:
+        proc = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+        return _text(proc.stdout).strip() if proc.returncode == 0 else None
+
+    def labels(self, ref: str) -> dict[str, str]:
+        proc = docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref)
+        return json.loads(_text(proc.stdout) or "null") or {}
+
+    def history(self, ref: str) -> list[tuple[int, str]]:
+        proc = docker("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", ref)
+        rows = []
+        for line in _text(proc.stdout).splitlines():
+            size, _, created = line.partition("\t")
+            rows.append((int(size or 0), created))
+        return rows[::-1]  # docker history lists newest first
+
+    def rootfs(self, ref: str) -> tuple[list[str], list[str]] | None:
+        proc = docker("image", "inspect", "--format", "{{json .RootFS.Layers}}\t{{json .Config.Env}}", ref)
+        layers, _, env = _text(proc.stdout).strip().partition("\t")
+        return json.loads(layers or "null") or [], json.loads(env or "null") or []
+
+    def tag(self, src: str, ref: str) -> None:
+        docker("tag", src, ref)
+
+    def untag(self, ref: str) -> None:
+        docker("image", "rm", "--no-prune", ref, check=False)
+
+    def push(self, ref: str) -> None:
+        proc = docker("push", ref, check=False, timeout=3600)
+        if proc.returncode != 0:
+            err = _text(proc.stderr)
+            raise PushFailed(ref, err, transient=not any(p in err.lower() for p in PUSH_PERMANENT))
+
+    def pull(self, ref: str) -> None:
+        proc = docker("pull", "--quiet", ref, check=False, timeout=3600)
+        if proc.returncode == 0:
+            return
+        err = " ".join(_text(proc.stderr).split())
+        low = err.lower()
+        why = (
+            "missing"
+            if any(p in low for p in PULL_MISSING)
+            else "denied"
+            if any(p in low for p in PULL_DENIED)
+            else "unreachable"
+        )
+        raise PullFailed(ref, why, err)
+
+    def create(self, image: str, command: list[str], *options: str) -> str:
+        # --pull never: a missing image is ensure_local's to decide, never docker.io's
+        proc = docker("create", "--pull", "never", *options, image, *command, check=False)
+        if proc.returncode != 0:
+            err = " ".join(_text(proc.stderr).split())
+            raise StartFailed(image, err, image_missing=any(p in err.lower() for p in NO_SUCH_IMAGE))
+        return _text(proc.stdout).strip()
+
+    def run(self, image: str, command: list[str], gpu: bool = False, timeout: float = 900) -> RunResult:
+        options = ("--gpus", "all", "--shm-size", "2g") if gpu else ()
+        container = self.create(image, command, *options)
+        try:
+            started = docker("start", container, check=False)
+            if started.returncode != 0:
+                raise StartFailed(image, " ".join(_text(started.stderr).split()))
+            try:
+                waited = docker("wait", container, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise EnvironmentProblem(
+                    f"the container of {image} did not end within {timeout:.0f} s (it was removed)"
+                ) from None
+            logs = docker("logs", container)
+            return RunResult(int(_text(waited.stdout).strip() or 1), _text(logs.stdout), _text(logs.stderr))
+        finally:
+            self.remove(container)
+
+    def copy_out(self, container: str, path: str) -> bytes | None:
+        proc = docker("cp", f"{container}:{path}", "-", check=False)
+        if proc.returncode == 0:
+            return proc.stdout
+        err = _text(proc.stderr)
+        if any(p in err.lower() for p in NO_SUCH_PATH):
+            return None
+        raise EnvironmentProblem(f"docker cp {container[:12]}:{path} failed: {err.strip()[-300:]}")
+
+    def export(self, container: str) -> Iterator[bytes]:
+        cli = candidates()[0]
+        with subprocess.Popen(
+            [cli, "export", container], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as proc:
+            while chunk := proc.stdout.read(1 << 20):
+                yield chunk
+            err = _text(proc.stderr.read())
+            if proc.wait() != 0:
+                raise unreachable(err) or EnvironmentProblem(f"docker export failed: {err.strip()[-300:]}")
+
+    def remove(self, container: str) -> None:
+        docker("rm", "--force", container, check=False)

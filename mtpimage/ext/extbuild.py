@@ -1,0 +1,197 @@
+"""Getting the compiled extensions' wheels for a build: from the wheel cache, else from a
+shared registry, else by building their builder stage (one BuildKit build per missing key,
+`--target mtp-ext-wheel-<name> --output type=local`), then into the build context by sha256.
+
+Sources reach the builder through the build context (ext-src/<name>/): an sdist downloaded
+here under the network policy and checked against its pinned sha256 (cached by that hash),
+or a git tree from the one git fetcher (sources.py), so mirrors and credentials apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mtpimage import netpolicy, settings
+from mtpimage.build.render import Rendered
+from mtpimage.errors import EnvironmentProblem
+from mtpimage.ext import extensions
+from mtpimage.plan.model import Package
+
+Say = Callable[[str], None]
+
+
+class ExtensionBuildFailed(EnvironmentProblem):
+    exit_code = 1
+
+
+# ----------------------------------------------------------------------------- sources
+def _sdist_dir() -> Path:
+    from mtpimage.lock.sources import cache_root
+
+    return cache_root() / "sdists"
+
+
+def fetch_sdist(pkg: Package) -> Path:
+    """The pinned sdist, from the cache (by sha256) or downloaded and checked."""
+    import requests
+
+    from mtpimage.lock.pydeps import ca_bundle, rewrite, sha256_file
+
+    b = pkg.build
+    name = b.url.rsplit("/", 1)[-1]
+    path = _sdist_dir() / b.sha256 / name
+    if path.is_file() and sha256_file(path) == b.sha256:
+        return path
+    url = rewrite(b.url)
+
+    def get() -> bytes:
+        r = requests.get(url, timeout=netpolicy.http_timeout(), verify=ca_bundle() or True)
+        r.raise_for_status()
+        return r.content
+
+    def transient(exc: BaseException) -> bool:
+        code = getattr(getattr(exc, "response", None), "status_code", None)
+        return code is None or code >= 500 or code == 429
+
+    try:
+        data = netpolicy.retrying(transient)(get)
+    except Exception as exc:  # noqa: BLE001 - any failure is one line naming the fix
+        raise EnvironmentProblem(
+            f"cannot download {pkg.name}'s sdist {url}: {str(exc).splitlines()[0][:200]} "
+            "(fix: check network access, or mirror the index with MTP_INDEX_REWRITE)"
+        ) from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != b.sha256:
+        raise ExtensionBuildFailed(
+            f"{pkg.name}: {name} from {url} has sha256 {got}, components.yaml pins {b.sha256} "
+            "(fix: the file changed under the same URL; find out why before pinning the new hash)"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def sdist_entries(pkg: Package) -> list[tuple[str, bytes, int]]:
+    """ext-src/<name>/<sdist file>: the pinned sdist, checked against its sha256."""
+    path = fetch_sdist(pkg)
+    return [(f"{extensions.CONTEXT_SRC}/{pkg.name}/{path.name}", path.read_bytes(), 0o644)]
+
+
+# ----------------------------------------------------------------------------- wheels
+def _cache():
+    from mtpimage.ext.wheelcache import WheelCache
+
+    return WheelCache()
+
+
+def share_repository() -> str | None:
+    """Where compiled wheels are shared (MTP_WHEEL_CACHE_REPO, HOST[:PORT]/NS/NAME): pulled
+    on a local miss, pushed after a build. None: this machine's cache only."""
+    return settings.current().wheel_cache_repo
+
+
+def max_jobs(plan_default: int) -> int:
+    return settings.current().ext_max_jobs or plan_default
+
+
+def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print, jobs: int = 2) -> dict:
+    """Every compiled extension's wheel for this plan, by key: {name: CachedWheel}.
+    `context_for(name)` makes the builder's context (buildctx.build_context) and
+    `request_for(context_tar, target, out_dir, build_args)` runs one BuildKit build (the
+    pipeline passes its engine and options, so secrets and the builder are the same) on the
+    host network: the builder reaches the compile cache this serves on loopback."""
+    with contextlib.ExitStack() as stack:
+        return _ensure(rendered, context_for, request_for, say, jobs, stack)
+
+
+def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack) -> dict:
+    from mtpimage.ext import ccacheserver
+
+    plan = rendered.plan
+    cache = _cache()
+    repo = share_repository()
+    remote: list[str] = []  # the compile cache's URL, served only while something compiles
+    out: dict = {}
+    for pkg, entry in zip(extensions.built(plan), rendered.extensions):
+        key = entry["key"]
+        hit = cache.get(key)
+        if hit is None and repo:
+            from mtpimage.ext.wheelshare import pull
+
+            hit = pull(cache, key, repo)
+            if hit is not None:
+                say(f"wheel   {pkg.name:<16} {hit.filename} from {repo} (key {key[:12]})")
+        if hit is not None:
+            say(f"wheel   {pkg.name:<16} {hit.filename} sha256 {hit.sha256[:12]} (cached, key {key[:12]})")
+            out[pkg.name] = hit
+            continue
+        say(
+            f"compile {pkg.name:<16} {pkg.version} from {extensions.origin(pkg)} (key {key[:12]}, {jobs} jobs)"
+        )
+        context = context_for(pkg.name)
+        if not remote:
+            remote.append(stack.enter_context(ccacheserver.serve()))
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="mtp-ext-") as tmp:
+            args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote[0]))
+            request_for(context, extensions.wheel_stage(pkg.name), Path(tmp), args)
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if len(wheels) != 1:
+                raise ExtensionBuildFailed(
+                    f"{pkg.name}: its builder stage left {len(wheels)} wheels, expected one "
+                    f"({', '.join(w.name for w in wheels) or 'none'})"
+                )
+            info_file = Path(tmp) / "build.json"
+            info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+            meta = {
+                "inputs": _inputs(rendered, pkg),
+                "built_by": f"{platform.node()} ({os.cpu_count()} cores), BuildKit",
+                "built_at": int(time.time()),
+                "build_seconds": round(time.monotonic() - t0, 1),
+                "compile_seconds": info.get("seconds"),
+                "max_jobs": jobs,
+                "ccache": info.get("ccache", []),
+            }
+            hit = cache.put(key, wheels[0], meta)
+        say(
+            f"wheel   {pkg.name:<16} {hit.filename} sha256 {hit.sha256[:12]} built in "
+            f"{meta['build_seconds']:.0f}s (key {key[:12]})"
+        )
+        if repo:
+            from mtpimage.ext.wheelshare import push
+
+            say(f"share   {pkg.name:<16} {push(cache, key, repo, say=say)}")
+        out[pkg.name] = hit
+    return out
+
+
+def _inputs(rendered: Rendered, pkg: Package) -> dict:
+    recipe = dict(rendered.builders)[pkg.name]
+    return extensions.key_inputs(rendered.plan, pkg, recipe)
+
+
+def wheel_entries(rendered: Rendered, wheels: dict) -> list[tuple[str, bytes, int]]:
+    """build/ext-wheels/: each wheel, a hash-pinned requirements file (pip refuses any other
+    bytes), and extensions.json for the image's records."""
+    if not wheels:
+        return []
+    base = extensions.CONTEXT_WHEELS
+    out, reqs, listing = [], [], []
+    for pkg, entry in zip(extensions.built(rendered.plan), rendered.extensions):
+        w = wheels[pkg.name]
+        out.append((f"{base}/{w.filename}", w.path.read_bytes(), 0o644))
+        reqs.append(f"{pkg.name} @ file:///tmp/mtp-ext-wheels/{w.filename} --hash=sha256:{w.sha256}\n")
+        listing.append({**entry, "wheel": w.filename, "sha256": w.sha256})
+    out.append((f"{base}/requirements.txt", "".join(reqs).encode(), 0o644))
+    out.append((f"{base}/extensions.json", extensions.wheels_listing(listing), 0o644))
+    return out

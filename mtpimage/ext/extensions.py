@@ -1,0 +1,203 @@
+"""Compiled extensions: packages the tool builds itself (components.yaml `build`).
+
+TransformerEngine's torch extension, flash-attn and apex are compiled from a pinned source
+(an sdist by sha256, or a git commit) in a builder stage of the rendered Dockerfile: the
+stack up to the torch layer, so on the same base and against the locked torch, with
+--no-build-isolation and hashed build backends. The image gets only the wheels, by sha256.
+
+A wheel is made once per key: the sha256 of every input that changes its bytes (source pin,
+the locked torch file, the base image, Python, CUDA, architectures, the package's build
+switches, its build backends, and the builder stage's own text). The wheel cache
+(wheelcache.py) keeps it on this machine outside BuildKit, so `docker builder prune` does
+not make anything compile again, and shares it through a registry. Parallel jobs are not in
+the key: they change how long a build takes, not what it makes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from packaging.utils import canonicalize_name as canonical
+
+from mtpimage.plan.model import Package, Plan
+
+KEY_SCHEMA = "mtp-image-builder/extension-key/v1"
+STACK_STAGE = "mtp-torch"  # the stack right after the torch layer: where builders start
+CONTEXT_SRC = "ext-src"  # build context: ext-src/<name>/ (sdist file or git tree)
+CONTEXT_WHEELS = "build/ext-wheels"  # build context: the cached wheels the image installs
+BUILD_HELPER = "mtp_extension.py"  # images/lib/: what a builder stage runs
+
+
+def built(plan: Plan) -> list[Package]:
+    """The plan's packages the tool compiles, in catalogue order."""
+    return [p for p in plan.packages if p.build is not None]
+
+
+def is_built(plan: Plan, name: str) -> bool:
+    p = next((p for p in plan.packages if canonical(p.name) == canonical(name)), None)
+    return p is not None and p.build is not None
+
+
+def torch_cuda_arch(arch: str) -> str:
+    """`90` -> `9.0`, `100` -> `10.0`, `90a` -> `9.0a`: TORCH_CUDA_ARCH_LIST's spelling."""
+    digits = arch.rstrip("af")
+    return f"{digits[:-1]}.{digits[-1]}{arch[len(digits) :]}"
+
+
+def filled_env(plan: Plan, pkg: Package) -> list[str]:
+    """The package's build switches as K=V, with the architectures filled in."""
+    values = {
+        "cuda_archs": ";".join(plan.cuda_archs),
+        "torch_cuda_arch_list": ";".join(torch_cuda_arch(a) for a in plan.cuda_archs),
+    }
+    return [f"{k}={v.format(**values)}" for k, v in pkg.build.env]
+
+
+def build_stage(name: str) -> str:
+    return f"mtp-ext-build-{canonical(name)}"
+
+
+def wheel_stage(name: str) -> str:
+    return f"mtp-ext-wheel-{canonical(name)}"
+
+
+def build_file(name: str) -> str:
+    return f"ext-build-{canonical(name)}.txt"
+
+
+def origin(pkg: Package) -> str:
+    b = pkg.build
+    if b.source == "sdist":
+        return f"{b.url.rsplit('/', 1)[-1]} (sha256 {b.sha256[:12]}...)"
+    return f"{b.repo} @ {b.commit[:12]}"
+
+
+def source_pin(pkg: Package) -> dict:
+    b = pkg.build
+    if b.source == "sdist":
+        return {"kind": "sdist", "url": b.url, "sha256": b.sha256}
+    return {"kind": "git", "repo": b.repo, "ref": b.ref, "commit": b.commit}
+
+
+def build_rows(plan: Plan, pkg: Package) -> list[tuple]:
+    """The locked, hashed build backends of one extension (lock.yaml build_requires)."""
+    return [e for e in plan.locked if e[2] == f"build:{pkg.name}"]
+
+
+def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
+    """What partials/ext_build.j2 renders for one package."""
+    rows = build_rows(plan, pkg)
+    return {
+        "name": pkg.name,
+        "version": pkg.version,
+        "origin": origin(pkg),
+        "from_stage": STACK_STAGE,
+        "build_stage": build_stage(pkg.name),
+        "wheel_stage": wheel_stage(pkg.name),
+        "build_file": build_file(pkg.name),
+        # unlocked (a --set run, shown but never built --frozen): the declared exact pins
+        "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in rows)
+        if rows
+        else "".join(f"{r}\n" for r in pkg.build.build_requires),
+        "hashed": bool(rows),
+        "index_url": index_url,
+        "sha256": pkg.build.sha256,
+        "env": filled_env(plan, pkg),
+        "produces": list(pkg.build.produces),
+        "os_packages": list(plan.builder_os_packages),
+    }
+
+
+def _torch(plan: Plan) -> dict:
+    row = next((e for e in plan.locked if canonical(e[0]) == "torch"), None)
+    if row is None:
+        return {"version": next((p.version for p in plan.packages if p.name == "torch"), None)}
+    return {"version": row[1], "file": row[4], "sha256": row[5]}
+
+
+def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
+    """Everything that changes the wheel's bytes. Not MAX_JOBS (how long, not what)."""
+    return {
+        "schema": KEY_SCHEMA,
+        "name": canonical(pkg.name),
+        "version": pkg.version,
+        "source": source_pin(pkg),
+        "torch": _torch(plan),
+        "cuda": plan.cuda,
+        "python": plan.python,
+        "base": plan.base_digest or plan.base_image,
+        "archs": list(plan.cuda_archs),
+        "env": filled_env(plan, pkg),
+        "build_requires": [[e[0], e[1], e[5]] for e in build_rows(plan, pkg)],
+        "recipe": hashlib.sha256(recipe.encode()).hexdigest(),
+    }
+
+
+def key_of(inputs: dict) -> str:
+    from mtpimage.ext.wheelcache import cache_key
+
+    return cache_key(inputs)
+
+
+def vector_entries(plan: Plan, recipes: dict[str, str]) -> list[dict]:
+    """The version vector's record of each extension: its source pin and its key (the wheel's
+    sha256 is added by the build, in /opt/mtp/installed/<name>.json and the label)."""
+    out = []
+    for pkg in built(plan):
+        inputs = key_inputs(plan, pkg, recipes[pkg.name])
+        out.append(
+            {
+                "name": pkg.name,
+                "version": pkg.version,
+                "source": source_pin(pkg),
+                "archs": list(plan.cuda_archs),
+                "env": filled_env(plan, pkg),
+                "key": key_of(inputs),
+            }
+        )
+    return out
+
+
+def wheels_listing(entries: list[dict]) -> bytes:
+    """build/ext-wheels/extensions.json: what the image's extensions layer installs and
+    records (mtp_extension.py record)."""
+    return (json.dumps({"extensions": entries}, indent=2, sort_keys=True) + "\n").encode()
+
+
+def verify_source(pkg: Package) -> tuple[bool | None, str]:
+    """Is the pinned source what upstream serves? An sdist: its index (PEP 503 page) lists
+    the file with this sha256. A git commit: the one git fetcher gets it by hash.
+    (True, detail), (False, what differs) or (None, why it could not be asked)."""
+    b = pkg.build
+    if b.source == "git":
+        from mtpimage.lock import sources
+
+        try:
+            sources.fetch(b.repo, b.commit)
+        except sources.GitError as exc:
+            return None, f"{b.repo} @ {b.commit[:12]}: not fetched ({exc.one_line()})"
+        return True, f"{b.repo} @ {b.commit[:12]} fetched"
+    import re
+
+    import requests
+
+    from mtpimage.lock.pydeps import ca_bundle, rewrite
+
+    filename = b.url.rsplit("/", 1)[-1]
+    project = re.sub(r"[-_.]+", "-", filename.rsplit("-", 1)[0]).lower()
+    page = rewrite(f"https://pypi.org/simple/{project}/")
+    try:
+        r = requests.get(page, timeout=20, verify=ca_bundle() or True)
+        r.raise_for_status()
+    except requests.RequestException as exc:
+        return None, f"{filename}: index page {page} not read ({str(exc).splitlines()[0][:120]})"
+    listed = re.findall(re.escape(filename) + r"#sha256=([0-9a-f]{64})", r.text)
+    if not listed:
+        return False, f"{filename} is not listed on {page} (fix: pin a file the index serves)"
+    if b.sha256 not in listed:
+        return False, (
+            f"{filename}: the index lists sha256 {listed[0]}, components.yaml pins {b.sha256} "
+            "(fix: find out why the file changed before pinning the new hash)"
+        )
+    return True, f"{filename} sha256 as listed on {page}"

@@ -1,0 +1,408 @@
+"""Source probes: decide rules from the pinned sources' code (Python `ast`, never import).
+
+`probe_plan(plan)` fetches what each applicable rule needs (sources.py cache) and returns
+{rule_id: Verdict}; rules.evaluate() lets these verdicts override the known-commit lists.
+A rule that does not apply to the plan (its predicate says n/a) is not probed.
+
+What each probe reads (file, symbol) and expects is described once, in
+mtpimage/data/probes.yaml (mtpimage/lock/probetable.py); the functions below are how it is read
+with `ast` on a source tree. With patches (by reference: the diff of their commits, see
+patches.py), the sglang source (a wheel or the repository root) is copied and the patches
+applied to the copy first.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from mtpimage.lock import sources
+from mtpimage.lock.probetable import probe_specs
+from mtpimage.lock.sources import SourceSet
+from mtpimage.manifests import rules as rules_mod
+from mtpimage.manifests.rules import FAIL, NA, PASS, UNKNOWN, Verdict
+from mtpimage.plan.model import Component, Plan
+
+_SPECS = probe_specs()
+_RECOMPUTE = _SPECS["recompute-padding-mask"]
+_MBRIDGE = _SPECS["mbridge-mcore-017"]
+_SGLANG = _SPECS["sglang-ipc-unwrap"]
+_MIMO = _SPECS["mimo-needs-bridge-2387"]
+MTP_FILE = _RECOMPUTE["file"]
+ENUMS_FILE = _MBRIDGE["file"]
+SGLANG_RUNNER = _SGLANG["file"]
+SGLANG_EAGLE = _SGLANG["caller_file"]
+MIMO_BRIDGE = _MIMO["file"]
+
+PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values())
+
+
+# ----------------------------------------------------------------------------- pure probes
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except (OSError, SyntaxError):
+        return None
+
+
+def _find(root: Path, rel: str, prefixes=("", "src/", "python/")) -> Path | None:
+    for prefix in prefixes:
+        p = root / prefix / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def _class(mod: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _method(cls: ast.ClassDef, name: str):
+    return next(
+        (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+        None,
+    )
+
+
+def _params(fn) -> tuple[set[str], bool]:
+    a = fn.args
+    names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    return names, a.kwarg is not None
+
+
+def recompute_signature(tree: Path) -> Verdict:
+    r = _RECOMPUTE
+    cls_name, caller, callee, kw = r["class"], r["caller"], r["callee"], r["keyword"]
+    path = _find(tree, MTP_FILE, ("",))
+    if path is None:
+        return Verdict(PASS, f"{MTP_FILE} not found: this Megatron has no MTP recompute path")
+    mod = _parse(path)
+    if mod is None:
+        return Verdict(UNKNOWN, f"{MTP_FILE} does not parse")
+    cls = _class(mod, cls_name)
+    if cls is None:
+        return Verdict(UNKNOWN, f"{MTP_FILE} has no class {cls_name}")
+    fwd, ckpt = _method(cls, caller), _method(cls, callee)
+    if fwd is None:
+        return Verdict(UNKNOWN, f"{cls_name} has no {caller}()")
+    fwd_names, _ = _params(fwd)
+    if kw not in fwd_names:
+        return Verdict(PASS, f"{caller}() takes no {kw} (source probe)")
+    if ckpt is None:
+        return Verdict(PASS, f"no {callee}() (source probe)")
+    names, has_kwargs = _params(ckpt)
+    if kw in names:
+        return Verdict(PASS, f"{callee}() accepts {kw} (source probe)")
+    if has_kwargs:
+        return Verdict(PASS, f"{callee}() takes **kwargs (source probe)")
+    return Verdict(
+        FAIL,
+        f"{MTP_FILE}:{ckpt.lineno}: {callee}() declares explicit "
+        f"parameters without {kw} while {caller}() passes it (source probe)",
+    )
+
+
+def _uses_attr(mod: ast.Module, owner: str, attr: str) -> int | None:
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Attribute) and node.attr == attr:
+            v = node.value
+            name = v.id if isinstance(v, ast.Name) else (v.attr if isinstance(v, ast.Attribute) else None)
+            if name == owner:
+                return node.lineno
+    return None
+
+
+def package_uses_encoder_and_decoder(tree: Path, package: str) -> str | None:
+    """'file:line' of the first use of the probed ModelType member in the package's own code."""
+    pkg = package.replace("-", "_")
+    roots = [r for r in (tree / pkg, tree / "src" / pkg) if r.is_dir()]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            mod = _parse(path)
+            line = _uses_attr(mod, _MBRIDGE["class"], _MBRIDGE["member"]) if mod else None
+            if line:
+                return f"{path.relative_to(tree)}:{line}"
+    return None
+
+
+def modeltype_members(tree: Path) -> set[str] | None:
+    path = _find(tree, ENUMS_FILE, ("",))
+    mod = _parse(path) if path else None
+    cls = _class(mod, _MBRIDGE["class"]) if mod else None
+    if cls is None:
+        return None
+    out = set()
+    for node in cls.body:
+        if isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def mbridge_modeltype(
+    mbridge_tree: Path, package: str, megatron_tree: Path | None, megatron_version=None
+) -> Verdict:
+    cls, member = _MBRIDGE["class"], _MBRIDGE["member"]
+    what = f"{cls}.{member}"
+    use = package_uses_encoder_and_decoder(mbridge_tree, package)
+    if use is None:
+        return Verdict(PASS, f"{package}'s package code does not use {what} (source probe)")
+    if megatron_tree is not None:
+        members = modeltype_members(megatron_tree)
+        if members is None:
+            return Verdict(UNKNOWN, f"{use} uses {what}; the pinned Megatron has no {cls} in {ENUMS_FILE}")
+        if member in members:
+            return Verdict(PASS, f"{use} uses {what}, which the pinned Megatron still has (source probe)")
+        return Verdict(
+            FAIL,
+            f"{use} uses {what}; the pinned Megatron's "
+            f"{cls} has only {', '.join(sorted(members))} (source probe)",
+        )
+    if megatron_version is not None:
+        if megatron_version.release >= (0, 17):
+            return Verdict(FAIL, f"{use} uses {what}; megatron-core {megatron_version} removed it")
+        return Verdict(PASS, f"{use} uses {what}; megatron-core {megatron_version} < 0.17 has it")
+    return Verdict(UNKNOWN, f"{use} uses {what}; the pinned Megatron is unknown")
+
+
+def _defines_function(mod: ast.Module, name: str) -> bool:
+    return any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in ast.walk(mod)
+    )
+
+
+def _calls(mod: ast.Module, name: str) -> bool:
+    for n in ast.walk(mod):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if (isinstance(f, ast.Name) and f.id == name) or (
+                isinstance(f, ast.Attribute) and f.attr == name
+            ):
+                return True
+    return False
+
+
+def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
+    runner, eagle = _find(tree, SGLANG_RUNNER), _find(tree, SGLANG_EAGLE)
+    if runner is None or eagle is None:
+        return Verdict(UNKNOWN, f"{SGLANG_RUNNER} or {SGLANG_EAGLE} not found in the sglang tree")
+    rmod, emod = _parse(runner), _parse(eagle)
+    if rmod is None or emod is None:
+        return Verdict(UNKNOWN, "sglang sources do not parse")
+    fn = _SGLANG["function"]
+    if not _defines_function(rmod, fn):
+        return Verdict(
+            FAIL, f"{SGLANG_RUNNER} has no {fn}: the IPC handle is opened twice on MTP weight sync ({how})"
+        )
+    if not _calls(emod, fn):
+        return Verdict(FAIL, f"{SGLANG_EAGLE} does not call {fn} ({how})")
+    return Verdict(PASS, f"{fn} defined and used by the EAGLE worker ({how})")
+
+
+def bridge_mimo(tree: Path) -> Verdict:
+    path = _find(tree, MIMO_BRIDGE, ("src/", ""))
+    if path is None:
+        return Verdict(FAIL, f"no {MIMO_BRIDGE}: the MiMo MTP bridge of PR #2387 is missing (source probe)")
+    mod = _parse(path)
+    name = _MIMO["class"]
+    cls = _class(mod, name) if mod else None
+    if cls is None:
+        return Verdict(FAIL, f"{path.relative_to(tree)} has no class {name} (source probe)")
+    mtp = any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and "mtp" in n.value for n in ast.walk(cls)
+    )
+    if not mtp:
+        return Verdict(FAIL, f"{name} maps no MTP parameters (source probe)")
+    return Verdict(PASS, f"{path.relative_to(tree)}: {name} with MTP mappings (source probe)")
+
+
+# ----------------------------------------------------------------------------- patched PyPI trees
+
+
+def patch_paths(patch: Path, strip: int) -> list[str]:
+    out = []
+    for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("+++ ") and not line.startswith("+++ /dev/null"):
+            p = line[4:].split("\t")[0].strip()
+            out.append("/".join(p.split("/")[strip:]))
+    return out
+
+
+def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
+    proc = subprocess.run(
+        [
+            "patch",
+            "--dry-run",
+            "--batch",
+            "--forward",
+            f"-p{strip}",
+            "-d",
+            str(tree),
+            "-i",
+            str(patch.resolve()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode == 0, " ".join((proc.stdout + proc.stderr).split())[-400:]
+
+
+def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
+    """A scratch copy of the files the patches touch, with the patches applied."""
+    scratch = Path(tempfile.mkdtemp(prefix="mtp-patched-"))
+    for patch, strip in patches:
+        for rel in patch_paths(patch, strip):
+            src = tree / rel
+            if src.is_file() and not (scratch / rel).exists():
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, scratch / rel)
+    for patch, strip in patches:
+        proc = subprocess.run(
+            ["patch", "--batch", "--forward", f"-p{strip}", "-d", str(scratch), "-i", str(patch.resolve())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if proc.returncode != 0:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise RuntimeError(" ".join((proc.stdout + proc.stderr).split())[-400:])
+    return scratch
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None) -> Verdict:
+    fix = rules_mod.facts()["sglang"]["fix_patch_provides"]  # what the fix patch provides
+    tree = ss.tree(comp)
+    if tree is None and comp.name in ss.failed:
+        return Verdict(
+            UNKNOWN, f"not decided: the sglang source could not be fetched ({ss.failed[comp.name]})"
+        )
+    if tree is None:
+        reason = ss.unavailable.get(comp.name, "not fetched")
+        if fix in comp.provides():
+            return Verdict(
+                PASS, f"trusting the patch's `provides: {fix}`; the sources could not be probed ({reason})"
+            )
+        return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
+    if not comp.patches:
+        return sglang_fix(tree)
+    from mtpimage.manifests import patches as patches_mod
+
+    if comp.source == "git" and comp.subdir not in ("", "."):
+        tree = tree.parents[len(Path(comp.subdir).parts) - 1]  # patches apply at the repository root
+    try:
+        with patches_mod.as_files(
+            comp.name, comp.patches, root, patches_mod.origin(plan, comp.name, root)
+        ) as files:
+            scratch = patched_copy(tree, files)
+    except patches_mod.PatchUnavailable as exc:
+        if exc.offline and fix in comp.provides():
+            return Verdict(
+                PASS,
+                f"trusting the patch's `provides: {fix}`; its commits could not be fetched ({exc.reason})",
+            )
+        if exc.offline:
+            return Verdict(UNKNOWN, f"sglang patch not made: {exc.reason}")
+        if not ss.keep_going:
+            raise
+        ss.failed[f"{comp.name} (patch)"] = exc.reason
+        return Verdict(UNKNOWN, f"not decided: the sglang patch could not be made ({exc.reason})")
+    except RuntimeError as exc:
+        return Verdict(FAIL, f"the sglang patches do not apply to {comp.pin}: {exc}")
+    try:
+        # Files the patches do not touch come from the unpatched tree.
+        for rel in (SGLANG_RUNNER, SGLANG_EAGLE):
+            for prefix in ("", "python/"):
+                src = tree / prefix / rel
+                if src.is_file() and not (scratch / prefix / rel).exists():
+                    (scratch / prefix / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, scratch / prefix / rel)
+        return sglang_fix(scratch, f"source probe of {comp.pin} with its patches applied")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def probe_plan(
+    plan: Plan, manifests_root: Path | None = None, source_set: SourceSet | None = None
+) -> dict[str, Verdict]:
+    """Probe the pinned sources of `plan` for every source rule that applies to it."""
+    from mtpimage.manifests.manifest import DEFAULT_MANIFESTS
+
+    root = Path(manifests_root or DEFAULT_MANIFESTS)
+    ss = source_set or SourceSet(dict(plan.indexes))
+    ss.indexes = ss.indexes or dict(plan.indexes)
+    f = rules_mod.facts()
+    by_id = {r.id: r for r in rules_mod.rules()}
+    out: dict[str, Verdict] = {}
+
+    def applies(rule_id: str) -> Verdict | None:
+        base = rules_mod.PREDICATES[by_id[rule_id].predicate](plan, f)
+        return None if base.status == NA else base
+
+    def unavailable(comp: Component, base: Verdict) -> Verdict:
+        if comp.name in ss.failed:
+            return Verdict(
+                UNKNOWN, f"not decided: the {comp.name} source could not be fetched ({ss.failed[comp.name]})"
+            )
+        return Verdict(
+            base.status,
+            f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); known pins: {base.detail}",
+        )
+
+    base = applies("recompute-padding-mask")
+    mc = plan.component("megatron-lm")
+    if base is not None and mc is not None:
+        tree = ss.tree(mc)
+        out["recompute-padding-mask"] = (
+            recompute_signature(tree) if tree is not None else unavailable(mc, base)
+        )
+
+    base = applies("mbridge-mcore-017")
+    mb = plan.component("mbridge")
+    if base is not None and mb is not None:
+        tree = ss.tree(mb)
+        if tree is None:
+            out["mbridge-mcore-017"] = unavailable(mb, base)
+        else:
+            mtree = ss.tree(mc) if mc is not None else None
+            out["mbridge-mcore-017"] = mbridge_modeltype(
+                tree, mb.package, mtree, rules_mod.megatron_version(plan, f)
+            )
+
+    base = applies("sglang-rollout-fix")
+    sg = plan.component("sglang")
+    if base is not None and sg is not None:
+        out["sglang-rollout-fix"] = _probe_sglang(plan, sg, ss, root)
+
+    base = applies("mimo-needs-bridge-2387")
+    br = plan.component("megatron-bridge")
+    if base is not None and br is not None:
+        tree = ss.tree(br)
+        out["mimo-needs-bridge-2387"] = bridge_mimo(tree) if tree is not None else unavailable(br, base)
+    return out
+
+
+def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool) -> list[tuple]:
+    """(plan, rule results, {component: why its source could not be fetched}) per plan: what
+    `check` reports. With probe_sources the rules that read code are decided from each pinned
+    source; one source that cannot be fetched does not stop the others from being probed (its
+    rules are UNKNOWN with the reason), and a failed (repository, commit) is not fetched twice."""
+    fetch = sources.remembering_fetch() if probe_sources else None
+    out = []
+    for plan in plans:
+        probes, missing = None, {}
+        if probe_sources:
+            ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
+            probes = probe_plan(plan, manifests_root, ss)
+            missing = dict(ss.failed)
+        out.append((plan, rules_mod.evaluate(plan, probes), missing))
+    return out

@@ -1,0 +1,423 @@
+"""Load manifests/: the component catalogue and the profiles, with inheritance.
+
+Output is plain, validated data (`Catalogue`, `ResolvedProfile`); turning it into
+a Plan is plan/model.py's job. Every error is an InputError naming file:line and key.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtpimage.errors import InputError
+from mtpimage.locations import DEFAULT_MANIFESTS
+from mtpimage.manifests import schema
+from mtpimage.manifests.yamlsource import SourceDoc, load_file
+
+GIT_ONLY_FIELDS = ("repo", "ref", "commit")
+NOT_INHERITED = ("name", "extends", "abstract")
+
+
+@dataclass
+class Catalogue:
+    root: Path
+    doc: SourceDoc
+    data: dict
+
+    def where(self, *path) -> str:
+        return self.doc.where(tuple(path))
+
+
+@dataclass
+class ResolvedProfile:
+    name: str
+    file: str
+    data: dict  # merged, validated, defaults applied
+    components: dict[str, dict]  # name -> catalogue entry with overrides applied
+    packages: dict[str, dict]
+    chain: list[str] = field(default_factory=list)  # leaf first
+    overridden: dict[str, list[str]] = field(default_factory=dict)  # name -> fields changed
+
+
+@dataclass
+class Manifests:
+    root: Path
+    catalogue: Catalogue
+    profiles: dict[str, SourceDoc]  # name -> raw (partially validated) doc
+
+    def names(self, include_abstract: bool = False) -> list[str]:
+        return sorted(
+            n for n, d in self.profiles.items() if include_abstract or not d.data.get("abstract", False)
+        )
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root.parent))
+    except ValueError:
+        return str(path)
+
+
+def load_catalogue(root: Path) -> Catalogue:
+    path = root / "components.yaml"
+    doc = load_file(path, _rel(path, root))
+    if not isinstance(doc.data, dict):
+        raise InputError(doc.file, None, "expected a mapping at the top level")
+    data = schema.validate(doc, "components")
+    layers = data["layers"]
+    for section in ("packages", "components"):
+        for name, entry in data[section].items():
+            if entry["layer"] not in layers:
+                raise InputError(
+                    doc.where((section, name, "layer")),
+                    f"{section}.{name}.layer",
+                    f"unknown layer '{entry['layer']}'",
+                    f"use one of: {', '.join(layers)}",
+                )
+            index = entry.get("index", "pypi")
+            if index not in data["indexes"]:
+                raise InputError(
+                    doc.where((section, name, "index")),
+                    f"{section}.{name}.index",
+                    f"unknown index '{index}'",
+                    f"define it under indexes or use one of: {', '.join(data['indexes'])}",
+                )
+    for name in set(data["packages"]) & set(data["components"]):
+        raise InputError(
+            doc.where(("components", name)),
+            f"components.{name}",
+            "a package of the same name exists",
+            "rename one of the two",
+        )
+    for name, entry in data["packages"].items():
+        if "build" in entry and "requires_dist" not in entry:
+            raise InputError(
+                doc.where(("packages", name, "build")),
+                f"packages.{name}.requires_dist",
+                "a package built from source needs its Requires-Dist as data (its metadata needs a build)",
+                "add requires_dist (requires + source) read from the source's PKG-INFO or setup.py",
+            )
+    cat = Catalogue(root, doc, data)
+    for name, comp in data["components"].items():
+        check_patches(cat, name, comp.get("patches", []))
+    return cat
+
+
+REF_FIELDS = ("repo", "base", "head")
+
+
+def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | None = None) -> None:
+    """Each patch is either a reference (repo, base and head commits, optional paths: the
+    tool makes the diff; checked when it is made, see patches.py) or a local file inside
+    manifests/ that hashes to its declared sha256 (a site's own fix). Nothing is fetched here."""
+    root = cat.root.resolve()
+    for i, patch in enumerate(patches):
+
+        def loc(field: str, i: int = i) -> str:
+            return where or cat.where("components", comp, "patches", i, field)
+
+        key = f"components.{comp}.patches[{i}]"
+        if "file" not in patch:
+            missing = [f for f in REF_FIELDS if f not in patch]
+            if missing:
+                raise InputError(
+                    loc(next((f for f in REF_FIELDS if f in patch), "sha256")),
+                    f"{key}.{missing[0]}",
+                    f"missing required key '{missing[0]}'",
+                    "name the fix by its commits: repo, base (where it branched off, "
+                    "git merge-base) and head (its last commit); or give file: for a "
+                    "site's own patch under manifests/patches/",
+                )
+            if patch["base"] == patch["head"]:
+                raise InputError(
+                    loc("head"),
+                    f"{key}.head",
+                    "base and head are the same commit: the diff is empty",
+                    "set base to where the fix branched off (git merge-base) and head to its last commit",
+                )
+            continue
+        both = [f for f in REF_FIELDS + ("paths",) if f in patch]
+        if both:
+            raise InputError(
+                loc(both[0]),
+                f"{key}.{both[0]}",
+                "a patch is either a local file or a reference (repo, base, head), not both",
+                "remove file to pin the fix by its commits, or remove the reference keys",
+            )
+        path = (root / patch["file"]).resolve()
+        if root not in path.parents:
+            raise InputError(
+                loc("file"),
+                f"{key}.file",
+                f"patch path {patch['file']!r} leaves manifests/",
+                "keep a site's own patch under manifests/patches/",
+            )
+        if not path.is_file():
+            raise InputError(
+                loc("file"),
+                f"{key}.file",
+                f"patch file {patch['file']!r} not found",
+                "keep a site's own patch under manifests/patches/ or fix the path",
+            )
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != patch["sha256"]:
+            raise InputError(
+                loc("sha256"),
+                f"{key}.sha256",
+                f"sha256 of {patch['file']} is {digest}, manifest says {patch['sha256']}",
+                "review the file and update the sha256, or pin the fix by its commits (repo, base, head)",
+            )
+
+
+def load(root: Path | None = None) -> Manifests:
+    root = Path(root or DEFAULT_MANIFESTS)
+    if not root.is_dir():
+        raise InputError(
+            str(root),
+            None,
+            "manifests directory not found",
+            "run where manifests/ is (a checkout's root) or pass --manifests DIR",
+        )
+    catalogue = load_catalogue(root)
+    profiles: dict[str, SourceDoc] = {}
+    pdir = root / "profiles"
+    for path in sorted(pdir.glob("*.yaml")) if pdir.is_dir() else []:
+        doc = load_file(path, _rel(path, root))
+        if not isinstance(doc.data, dict):
+            raise InputError(doc.file, None, "expected a mapping at the top level")
+        schema.validate(doc, "profile", partial=True)
+        for key in ("schema_version", "name"):
+            if key not in doc.data:
+                raise InputError(doc.where(), key, f"missing required key '{key}'", f"add '{key}'")
+        name = doc.data["name"]
+        if name in profiles:
+            raise InputError(
+                doc.where(("name",)),
+                "name",
+                f"duplicate profile name '{name}' (also in {profiles[name].file})",
+                "give each profile a unique name",
+            )
+        profiles[name] = doc
+    if not profiles:
+        raise InputError(_rel(pdir, root), None, "no profiles found", "add manifests/profiles/<name>.yaml")
+    return Manifests(root, catalogue, profiles)
+
+
+def _chain(m: Manifests, name: str) -> list[SourceDoc]:
+    """Leaf first. Rejects cycles and missing parents."""
+    seen: list[str] = []
+    docs: list[SourceDoc] = []
+    current: str | None = name
+    while current is not None:
+        if current in seen:
+            cycle = " -> ".join(seen + [current])
+            doc = m.profiles[seen[-1]]
+            raise InputError(
+                doc.where(("extends",)),
+                "extends",
+                f"inheritance cycle: {cycle}",
+                "make the chain end at a profile without 'extends'",
+            )
+        doc = m.profiles.get(current)
+        if doc is None:
+            child = m.profiles[seen[-1]]
+            raise InputError(
+                child.where(("extends",)),
+                "extends",
+                f"parent profile '{current}' not found",
+                f"use one of: {', '.join(m.names(include_abstract=True))}",
+            )
+        seen.append(current)
+        docs.append(doc)
+        current = doc.data.get("extends")
+    return docs
+
+
+def _merge(base: Any, over: Any, path: tuple, origin: dict, doc: SourceDoc) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = _merge(base.get(key), value, path + (key,), origin, doc)
+        return out
+    _record(over, path, origin, doc)
+    return copy.deepcopy(over)
+
+
+def _record(value: Any, path: tuple, origin: dict, doc: SourceDoc) -> None:
+    origin[path] = doc
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _record(v, path + (k,), origin, doc)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _record(v, path + (i,), origin, doc)
+
+
+def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
+    """`--set COMPONENT.FIELD=VALUE` -> {component: {field: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in sets or []:
+        target, eq, value = item.partition("=")
+        comp, dot, fld = target.partition(".")
+        if not eq or not dot or not comp or not fld:
+            raise InputError(
+                "--set",
+                item,
+                "expected COMPONENT.FIELD=VALUE",
+                "for example --set megatron-lm.commit=<40-hex sha>",
+            )
+        if fld == "patches":
+            if value.strip() not in ("", "[]"):
+                raise InputError(
+                    "--set",
+                    target,
+                    "patches can only be cleared from the command line",
+                    "use --set NAME.patches= or edit manifests/",
+                )
+            parsed: Any = []
+        elif fld in ("extras", "build_requires"):
+            parsed = [v for v in value.split(",") if v]
+        elif fld in ("strip",):
+            parsed = int(value) if value.isdigit() else value
+        else:
+            parsed = value
+        out.setdefault(comp, {})[fld] = parsed
+    return out
+
+
+def _select(m: Manifests, stack: dict, where_of) -> tuple[dict, dict]:
+    """Copy the catalogue entries a profile's stack lists."""
+    cat = m.catalogue.data
+    picked: list[dict] = []
+    for section, key in (("components", "components"), ("packages", "packages")):
+        out = {}
+        for item in stack[key]:
+            if item not in cat[section]:
+                raise InputError(
+                    where_of(("stack", key)),
+                    f"stack.{key}",
+                    f"unknown {section[:-1]} '{item}'",
+                    f"use one of: {', '.join(sorted(cat[section]))}",
+                )
+            out[item] = copy.deepcopy(cat[section][item])
+        picked.append(out)
+    return picked[0], picked[1]
+
+
+def _apply_overrides(
+    m: Manifests, name: str, comps: dict, pkgs: dict, overrides: dict, where_of, overridden: dict
+) -> None:
+    """Apply {target: {field: value}} to the selected entries, in place, re-validating each."""
+    for target, fields in overrides.items():
+        loc = where_of(("stack", "overrides", target))
+        if target in comps:
+            entries, kind = comps, "component"
+        elif target in pkgs:
+            entries, kind = pkgs, "package"
+        else:
+            raise InputError(
+                loc,
+                target,
+                f"'{target}' is not in profile {name}'s stack",
+                f"use one of: {', '.join(sorted(list(comps) + list(pkgs)))}",
+            )
+        if not isinstance(fields, dict):
+            raise InputError(loc, target, "expected a mapping of fields")
+        entry = dict(entries[target])
+        if kind == "component":
+            if "commit" in fields and "version" not in fields:
+                entry.pop("version", None)  # the old version described the old commit
+            if "commit" in fields and "ref" not in fields:
+                entry["ref"] = "override"
+            if ({"commit", "version", "source"} & set(fields)) and "note" not in fields:
+                entry.pop("note", None)  # notes describe the catalogue pin
+            if fields.get("source") == "pypi":
+                for f in GIT_ONLY_FIELDS:
+                    if f not in fields:
+                        entry.pop(f, None)
+        entry.update(fields)
+        overridden.setdefault(target, []).extend(sorted(fields))
+        validated = _validate_entry(entry, kind, loc, target)
+        if kind == "component" and fields.get("patches"):
+            check_patches(m.catalogue, target, validated["patches"], where=loc)
+        layers = m.catalogue.data["layers"]
+        if validated["layer"] not in layers:  # an unknown layer would drop it from the image
+            raise InputError(
+                loc,
+                f"{target}.layer",
+                f"unknown layer '{validated['layer']}'",
+                f"use one of: {', '.join(layers)}",
+            )
+        index = validated.get("index", "pypi")
+        if index not in m.catalogue.data["indexes"]:
+            raise InputError(
+                loc,
+                f"{target}.index",
+                f"unknown index '{index}'",
+                f"use one of: {', '.join(m.catalogue.data['indexes'])}",
+            )
+        entries[target] = validated
+
+
+def _validate_entry(entry: dict, kind: str, loc: str, target: str) -> dict:
+    return schema.validate_def(entry, "components", kind, loc, target)
+
+
+def _check_mode_targets(data: dict, where_of) -> None:
+    """A mode may run for some verl targets only (rollout: SFT has no rollout); the fact is
+    verl.yaml's `modes.<mode>.targets`."""
+    from mtpimage.manifests.modes import get
+
+    allowed = get(data["mode"]).targets
+    extra = [t for t in data["targets"] if allowed is not None and t not in allowed]
+    if extra:
+        raise InputError(
+            where_of(("targets",)),
+            "targets",
+            f"mode {data['mode']} runs for {', '.join(allowed)} only, not {', '.join(extra)}",
+            f"use targets: [{', '.join(allowed)}], or another mode for {', '.join(extra)}",
+        )
+
+
+def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> ResolvedProfile:
+    if name not in m.profiles:
+        raise InputError(
+            "--profile",
+            name,
+            f"unknown profile '{name}'",
+            f"use one of: {', '.join(m.names())} (see `python build.py list`)",
+        )
+    docs = _chain(m, name)
+    leaf = docs[0]
+    origin: dict = {}
+    merged: dict = {}
+    for doc in reversed(docs):
+        layer = {k: v for k, v in doc.data.items() if k not in NOT_INHERITED}
+        merged = _merge(merged, layer, (), origin, doc)
+    merged["name"] = name
+    merged["abstract"] = bool(leaf.data.get("abstract", False))
+    _record(name, ("name",), origin, leaf)
+
+    def where_of(path: tuple) -> str:
+        for cut in range(len(path), -1, -1):
+            doc = origin.get(tuple(path[:cut]))
+            if doc is not None:
+                return doc.where(tuple(path))
+        return leaf.where(tuple(path))
+
+    merged_doc = SourceDoc(leaf.file, merged, {})
+    try:
+        data = schema.validate(merged_doc, "profile")
+    except InputError as exc:
+        # Point at the file in the chain that holds (or should hold) the key.
+        key_path = tuple(int(p) if p.isdigit() else p for p in (exc.key or "").split(".") if p)
+        raise InputError(where_of(key_path), exc.key, exc.problem, exc.fix) from None
+    _check_mode_targets(data, where_of)
+    overridden: dict[str, list[str]] = {}
+    comps, pkgs = _select(m, data["stack"], where_of)
+    _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden)
+    _apply_overrides(m, name, comps, pkgs, parse_sets(sets or []), lambda p: "--set", overridden)
+    return ResolvedProfile(name, leaf.file, data, comps, pkgs, [d.data["name"] for d in docs], overridden)

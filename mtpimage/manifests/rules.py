@@ -1,0 +1,358 @@
+"""Compatibility rules: data (mtpimage/data/rules.yaml) plus small predicates.
+
+A predicate looks at the Plan and the facts and returns a Verdict:
+  fail     the combination is known to break (error rules stop the build)
+  pass     known good
+  n/a      the rule does not apply to this plan
+  unknown  it applies, but the known-commit lists cannot decide; a source probe
+           (`check --probe-sources`, the lock) can. Reported, never silently passed.
+A probe's verdict, when given, overrides the known-commit lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+from packaging.utils import canonicalize_name as canonical
+from packaging.version import InvalidVersion, Version
+
+from mtpimage.manifests import modes
+from mtpimage.plan.model import Plan
+
+PASS, FAIL, NA, UNKNOWN = "pass", "fail", "n/a", "unknown"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    predicate: str
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule: Rule
+    status: str
+    detail: str
+    source: str  # "known-pins" | "probe" | "manifest"
+
+    @property
+    def violated(self) -> bool:
+        return self.status == FAIL
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.rule.id,
+            "severity": self.rule.severity,
+            "status": self.status,
+            "detail": self.detail,
+            "message": self.rule.message,
+            "fix": self.rule.fix,
+            "evidence": self.source,
+        }
+
+
+@cache
+def _data() -> dict:
+    return yaml.safe_load(resources.files("mtpimage.data").joinpath("rules.yaml").read_text())
+
+
+def facts() -> dict:
+    return _data()["facts"]
+
+
+def rules() -> list[Rule]:
+    return [
+        Rule(
+            r["id"], r["severity"], r["predicate"], " ".join(r["message"].split()), " ".join(r["fix"].split())
+        )
+        for r in _data()["rules"]
+    ]
+
+
+PREDICATES: dict[str, Callable[[Plan, dict], Verdict]] = {}
+
+
+def predicate(fn: Callable[[Plan, dict], Verdict]) -> Callable[[Plan, dict], Verdict]:
+    PREDICATES[fn.__name__] = fn
+    return fn
+
+
+def _version(text: str | None) -> Version | None:
+    if not text:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _base(v: Version) -> Version:
+    """0.19.0rc1 / 2.11.0+cu130 -> the release it belongs to, for range checks."""
+    return Version(v.base_version)
+
+
+def megatron_version(plan: Plan, f: dict) -> Version | None:
+    mc = plan.component("megatron-lm")
+    if mc is None:
+        return None
+    if mc.source == "git" and mc.commit in f["megatron"]["commits"]:
+        known = f["megatron"]["commits"][mc.commit].get("version")
+        if known:
+            return _version(str(known))
+    return _version(mc.version)
+
+
+def _trains_mtp(plan: Plan, f: dict) -> bool:
+    return modes.get(plan.mode).trains_mtp
+
+
+@predicate
+def recompute_padding_mask(plan: Plan, f: dict) -> Verdict:
+    rc = plan.recompute
+    if not rc or rc.get("granularity") != "full":
+        return Verdict(NA, "no full activation recompute")
+    if not _trains_mtp(plan, f):
+        return Verdict(NA, f"mode {plan.mode} does not train MTP")
+    mc = plan.component("megatron-lm")
+    if mc is None:
+        return Verdict(UNKNOWN, "no megatron-lm component in the stack")
+    facts_m = f["megatron"]
+    if mc.source == "git":
+        known = facts_m["commits"].get(mc.commit)
+        if known is not None:
+            status = FAIL if known["padding_mask_bug"] else PASS
+            return Verdict(
+                status,
+                f"megatron-lm {mc.commit[:10]} ({known['ref']})"
+                + (" lacks the fix" if status == FAIL else " is known good"),
+            )
+        return Verdict(
+            UNKNOWN,
+            f"megatron-lm {mc.commit[:10]} is in no known list; "
+            "run `check --probe-sources` to inspect its source",
+        )
+    v = _version(mc.version)
+    if v is None:
+        return Verdict(UNKNOWN, f"megatron-core version {mc.version!r} not understood")
+    if str(v) in facts_m["pypi_bad_versions"]:
+        return Verdict(FAIL, f"megatron-core {v} lacks the fix")
+    if _base(v) >= Version(facts_m["pypi_fixed_from"]):
+        return Verdict(PASS, f"megatron-core {v} has the fix")
+    if _base(v) < Version(facts_m["pypi_good_before"]):
+        return Verdict(PASS, f"megatron-core {v} predates the padding_mask keyword")
+    return Verdict(UNKNOWN, f"megatron-core {v} is in no known list")
+
+
+@predicate
+def mtp_needs_megatron_engine(plan: Plan, f: dict) -> Verdict:
+    name = plan.engine_dict()["name"]
+    if name != "megatron":
+        return Verdict(FAIL, f"engine is {name}")
+    return Verdict(PASS, "engine is megatron")
+
+
+@predicate
+def sglang_rollout_fix(plan: Plan, f: dict) -> Verdict:
+    if not modes.get(plan.mode).rollout:
+        return Verdict(NA, "MTP rollout not enabled")
+    if plan.rollout_engine != "sglang":
+        return Verdict(NA, f"rollout engine is {plan.rollout_engine}")
+    sg = plan.component("sglang")
+    if sg is None:
+        return Verdict(FAIL, "no sglang component in the stack")
+    fs = f["sglang"]
+    v = _version(sg.version)
+    if v is not None and _base(v) < Version(fs["min_version"]):
+        return Verdict(FAIL, f"sglang {v} < {fs['min_version']}")
+    if fs["fix_patch_provides"] in sg.provides():
+        return Verdict(PASS, "the IPC-unwrap fix is applied as a patch")
+    if sg.source == "git" and sg.commit in fs["fixed_commits"]:
+        return Verdict(PASS, f"sglang {sg.commit[:10]} ({fs['fixed_commits'][sg.commit]})")
+    if sg.source == "git":
+        return Verdict(UNKNOWN, f"sglang {sg.commit[:10]} is in no known list; run `check --probe-sources`")
+    return Verdict(FAIL, f"sglang {sg.version} from PyPI without the fix patch")
+
+
+@predicate
+def mimo_needs_bridge_2387(plan: Plan, f: dict) -> Verdict:
+    if "mimo" not in plan.models:
+        return Verdict(NA, "no MiMo model in this profile")
+    if plan.engine_dict().get("bridge") != "megatron-bridge":
+        return Verdict(NA, "vanilla mbridge selected")
+    br = plan.component("megatron-bridge")
+    if br is None:
+        return Verdict(FAIL, "no megatron-bridge component in the stack")
+    fb = f["megatron_bridge"]
+    if br.source == "git":
+        if br.commit in fb["commits_with_2387"]:
+            return Verdict(PASS, f"megatron-bridge {br.commit[:10]} ({fb['commits_with_2387'][br.commit]})")
+        return Verdict(
+            UNKNOWN, f"megatron-bridge {br.commit[:10]} is in no known list; run `check --probe-sources`"
+        )
+    v = _version(br.version)
+    if v is not None and _base(v) >= Version(fb["pypi_with_2387_from"]):
+        return Verdict(PASS, f"megatron-bridge {v}")
+    return Verdict(FAIL, f"megatron-bridge {br.version} predates PR #2387")
+
+
+@predicate
+def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
+    mb = plan.component("mbridge")
+    if mb is None:
+        return Verdict(NA, "no mbridge in the stack")
+    fm = f["mbridge"]["broken_with_mcore_017"]
+    if mb.source == "git":
+        broken = mb.commit in fm["commits"]
+        what = f"mbridge {mb.commit[:10]}"
+    else:
+        broken = mb.version in fm["pypi_versions"]
+        what = f"PyPI mbridge {mb.version}"
+    if not broken:
+        return Verdict(PASS, f"{what} is not known to use ModelType.encoder_and_decoder")
+    mv = megatron_version(plan, f)
+    if mv is None:
+        return Verdict(
+            UNKNOWN, f"{what} needs megatron-core < 0.17; the pinned Megatron's version is unknown"
+        )
+    if _base(mv) >= Version(f["mbridge"]["mcore_min_version"]):
+        return Verdict(FAIL, f"{what} with megatron-core {mv}")
+    return Verdict(PASS, f"{what} with megatron-core {mv} (< 0.17)")
+
+
+@predicate
+def python_312(plan: Plan, f: dict) -> Verdict:
+    want = f["python"]["required"]
+    if plan.python != want:
+        return Verdict(FAIL, f"platform.python is {plan.python}")
+    return Verdict(PASS, f"Python {plan.python}")
+
+
+def _cuda_tag(version: str) -> str | None:
+    m = re.search(r"\+cu(\d+)$", version)
+    return m.group(1) if m else None
+
+
+@predicate
+def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
+    torch = plan.package("torch")
+    if torch is None:
+        return Verdict(NA, "torch not pinned in this stack")
+    tag = _cuda_tag(torch.version)
+    major, minor = plan.cuda.split(".")[:2]
+    want = f"{major}{minor}"
+    if tag is None and torch.index == "pypi" and "+" not in torch.version:
+        # PyPI carries one CUDA build per torch release, without a local version tag
+        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
+    if tag is None:
+        return Verdict(
+            FAIL,
+            f"torch {torch.version} has no +cuXYZ build tag and is not a known "
+            "CUDA build on PyPI (a CPU or default build)",
+        )
+    if tag != want:
+        return Verdict(
+            FAIL,
+            f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
+            f"the base image has CUDA {plan.cuda}",
+        )
+    image_tag = plan.base_image.split("@")[0].rsplit(":", 1)[-1]
+    if not image_tag.startswith(plan.cuda):
+        return Verdict(FAIL, f"base image tag {image_tag} does not match platform.cuda {plan.cuda}")
+    return Verdict(PASS, f"torch +cu{tag} on CUDA {plan.cuda}")
+
+
+_EXACT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
+
+
+@predicate
+def unpinned_ref(plan: Plan, f: dict) -> Verdict:
+    floating = []
+    if not plan.base_digest:
+        floating.append(f"base image {plan.base_image} has no digest")
+    for p in plan.packages:
+        if not _EXACT.match(p.version) or "*" in p.version:
+            floating.append(f"package {p.name} version {p.version!r} is not exact")
+    for c in plan.components:
+        if c.source == "git" and not (c.commit and re.fullmatch(r"[0-9a-f]{40}", c.commit)):
+            floating.append(f"{c.name} has no 40-hex commit")
+        if c.source == "pypi" and not (c.version and _EXACT.match(c.version)):
+            floating.append(f"{c.name} has no exact version")
+    if floating:
+        return Verdict(FAIL, "; ".join(floating))
+    return Verdict(PASS, "every input pinned")
+
+
+@predicate
+def hash_pinned(plan: Plan, f: dict) -> Verdict:
+    """Every locked row has a sha256, or is compiled here from a source pinned by hash."""
+    if not plan.locked:
+        return Verdict(NA, "no lock for this plan: `--frozen` builds refuse it; run `python build.py lock`")
+    built = {canonical(p.name) for p in plan.packages if p.build is not None}
+    loose = [
+        f"{e[0]}=={e[1]} (index {e[3]})" for e in plan.locked if not e[5] and canonical(e[0]) not in built
+    ]
+    unpinned = [
+        p.name
+        for p in plan.packages
+        if p.build is not None and not (p.build.sha256 or (p.build.commit and len(p.build.commit) == 40))
+    ]
+    if loose or unpinned:
+        return Verdict(
+            FAIL,
+            "; ".join([f"{x}: no sha256" for x in loose] + [f"{x}: source not pinned" for x in unpinned]),
+        )
+    return Verdict(PASS, f"{len(plan.locked)} locked files by sha256, {len(built)} built from hashed sources")
+
+
+@predicate
+def decided_in_image(plan: Plan, f: dict) -> Verdict:
+    """Rules whose evidence is the built image (a GPU run), reported by the image tests."""
+    return Verdict(NA, "decided by the in-image GPU check")
+
+
+@predicate
+def rollout_throughput(plan: Plan, f: dict) -> Verdict:
+    if modes.get(plan.mode).rollout and plan.rollout_engine == "sglang":
+        return Verdict(FAIL, "MTP speculative rollout on SGLang")
+    return Verdict(NA, "no MTP rollout")
+
+
+@predicate
+def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
+    if modes.get(plan.mode).loss_reaches_trunk:
+        return Verdict(FAIL, f"mode {plan.mode}: the MTP loss reaches trunk parameters")
+    return Verdict(NA, f"mode {plan.mode}")
+
+
+def evaluate(plan: Plan, probes: dict[str, Verdict] | None = None) -> list[RuleResult]:
+    f = facts()
+    results = []
+    for rule in rules():
+        if probes and rule.id in probes:
+            verdict, source = probes[rule.id], "probe"
+        else:
+            verdict, source = PREDICATES[rule.predicate](plan, f), "known-pins"
+        results.append(RuleResult(rule, verdict.status, verdict.detail, source))
+    return results
+
+
+def errors(results: list[RuleResult]) -> list[RuleResult]:
+    return [r for r in results if r.violated and r.rule.severity == "error"]
+
+
+def warnings(results: list[RuleResult]) -> list[RuleResult]:
+    return [r for r in results if (r.violated and r.rule.severity == "warning") or r.status == UNKNOWN]

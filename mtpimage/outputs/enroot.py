@@ -1,0 +1,88 @@
+"""Export a tested image as an enroot/pyxis squashfs, with its version vector beside it.
+
+The engine (engine.py; `docker export`) streams the container filesystem into GNU tar (root keeps owners and
+modes), then mksquashfs (Debian's squashfs-tools) packs it with fixed timestamps so the
+same image gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from mtpimage import engine
+from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.outputs.versionvector import VECTOR_PATH
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise EnvironmentProblem(f"{tool} not found (fix: apt-get install squashfs-tools tar)")
+    return path
+
+
+def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
+    """Write OUT (squashfs) and OUT.version.json; return both paths."""
+    mksquashfs, tar = _need("mksquashfs"), _need("tar")
+    eng = engine.current()
+    if eng.image_id(image) is None:
+        raise InputError(
+            "--image", image, "image not found locally", "build it first: python build.py --profile NAME"
+        )
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vector_out = out.with_name(out.name + ".version.json")
+    container = eng.create(image, ["true"])
+    try:
+        with tempfile.TemporaryDirectory(prefix="mtp-export-") as tmp:
+            root = Path(tmp) / "rootfs"
+            root.mkdir()
+            untar = subprocess.Popen(
+                [tar, "-x", "-C", str(root), "--numeric-owner"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            try:
+                for chunk in eng.export(container):
+                    untar.stdin.write(chunk)
+            finally:
+                untar.stdin.close()
+                err = untar.stderr.read().decode(errors="replace")
+                untar.wait()
+            if untar.returncode != 0:
+                raise EnvironmentProblem(f"unpacking {image} failed: {err.strip()[-300:]}")
+            vector = root / VECTOR_PATH.lstrip("/")
+            if not vector.is_file():
+                raise InputError(
+                    "--image",
+                    image,
+                    f"{VECTOR_PATH} missing: not an image this tool built",
+                    "export an image built by python build.py",
+                )
+            partial = out.with_name(out.name + ".partial")
+            partial.unlink(missing_ok=True)
+            proc = subprocess.run(
+                [
+                    mksquashfs,
+                    str(root),
+                    str(partial),
+                    "-noappend",
+                    "-quiet",
+                    "-no-progress",
+                    "-mkfs-time",
+                    "0",
+                    "-all-time",
+                    "0",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise EnvironmentProblem(f"mksquashfs failed: {proc.stderr.strip()[-300:]}")
+            shutil.copyfile(vector, vector_out)
+            partial.replace(out)  # never a half-written squashfs under the final name
+    finally:
+        eng.remove(container)
+    return out, vector_out

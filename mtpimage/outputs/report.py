@@ -1,0 +1,129 @@
+"""Human-readable output for check and dry-run (JSON output lives in cli.py)."""
+
+from __future__ import annotations
+
+from mtpimage.manifests import rules
+from mtpimage.plan.model import Plan
+
+
+def _rule_lines(results: list[rules.RuleResult]) -> list[str]:
+    lines = []
+    for r in rules.errors(results):
+        lines.append(f"  ERROR {r.rule.id}: {r.detail}. {r.rule.message}\n        fix: {r.rule.fix}")
+    for r in rules.warnings(results):
+        label = "UNKNOWN" if r.status == rules.UNKNOWN else "WARNING"
+        lines.append(f"  {label} {r.rule.id}: {r.detail}. {r.rule.message}\n        fix: {r.rule.fix}")
+    return lines
+
+
+def resolution_lines(plan: Plan) -> list[str]:
+    """Where the image departs from upstream's declarations (components.yaml `resolution`),
+    and what a local build substituted: shown by check, explain, --dry-run and diff."""
+    lines = [f"  override {req}: {why} ({link})" for req, why, link in plan.overrides]
+    lines += [f"  exclude  {name}: {why} ({link})" for name, why, link in plan.excludes]
+    lines += [f"  sdist    {name}: {why}" for name, why in plan.sdists]
+    lines += [
+        f"  no-deps  {c.package}: installed without its declared dependencies"
+        for c in plan.components
+        if not c.deps_declared
+    ]
+    lines += [f"  SUBSTITUTED {what}: {detail}" for what, detail in plan.substitutions]
+    links = dict(plan.route_links)
+    lines += [
+        f"  route    {package}: {choice}: {why}" + (f" ({links[package]})" if package in links else "")
+        for package, choice, why in plan.routes
+    ]
+    return lines
+
+
+def _resolution_block(header: str, lines: list[str]) -> list[str]:
+    return [f"{header} ({len(lines)} declared departures from upstream's declarations):"] + [
+        f"  {line}" for line in lines
+    ]
+
+
+def shared_resolution(plans: list[Plan]) -> list[str]:
+    """The resolution blocks of several profiles, each line once: a block for the lines every
+    profile has, then one per set of profiles that alone have a line (named)."""
+    per_plan = {plan.profile: resolution_lines(plan) for plan in plans}
+    holders: dict[str, list[str]] = {}  # line -> the profiles that have it, first seen first
+    for name, lines in per_plan.items():
+        for line in lines:
+            holders.setdefault(line, []).append(name)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for line, names in holders.items():
+        groups.setdefault(tuple(names), []).append(line)
+    out = []
+    everyone = tuple(per_plan)
+    if everyone in groups:
+        out += _resolution_block(f"resolution, all {len(everyone)} profiles", groups.pop(everyone))
+    for names, lines in groups.items():
+        out += _resolution_block(f"resolution, only {', '.join(names)}", lines)
+    return out
+
+
+def print_checks(reports: list[tuple[Plan, list[rules.RuleResult]]]) -> None:
+    """check over several profiles: each one's verdict and rules, then the resolution once
+    (it is mostly the catalogue's, the same five lines in every profile)."""
+    if len(reports) == 1:
+        print_check(*reports[0])
+        return
+    for plan, results in reports:
+        print_check(plan, results, resolution=False)
+    for line in shared_resolution([plan for plan, _ in reports]):
+        print(line)
+
+
+def engine_text(engine: dict) -> str:
+    """`name=megatron bridge=... recompute.granularity=full`: nested settings dotted, None as
+    none, the engine's name first."""
+
+    def flat(prefix: str, value) -> list[str]:
+        if isinstance(value, dict):
+            return [item for k, v in value.items() for item in flat(f"{prefix}.{k}", v)] or [f"{prefix}={{}}"]
+        return [f"{prefix}={'none' if value is None else value}"]
+
+    keys = sorted(engine, key=lambda k: k != "name")
+    return " ".join(item for k in keys for item in flat(k, engine[k]))
+
+
+def print_check(plan: Plan, results: list[rules.RuleResult], resolution: bool = True) -> None:
+    errs = rules.errors(results)
+    passed = sum(r.status == rules.PASS for r in results)
+    na = sum(r.status == rules.NA for r in results)
+    state = "FAILED" if errs else "ok"
+    print(
+        f"{plan.profile}: {state} ({passed} passed, {na} not applicable, "
+        f"{len(errs)} errors, {len(rules.warnings(results))} warnings)"
+    )
+    for line in _rule_lines(results):
+        print(line)
+    res = resolution_lines(plan) if resolution else []
+    if res:
+        print(f"  resolution ({len(res)} declared departures from upstream's declarations):")
+        for line in res:
+            print(f"  {line}")
+
+
+def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
+    print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
+    print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}")
+    print(f"engine    {engine_text(plan.engine_dict())}")
+    print(f"image     {image}")
+    print(f"base      {plan.base_image}   python {plan.python}   cuda {plan.cuda}")
+    print("components")
+    for c in plan.components:
+        pin = f"{c.repo}@{c.commit} ({c.ref})" if c.source == "git" else f"{c.package}=={c.version} (PyPI)"
+        patches = "".join(f"\n              + patch {p.describe()}" for p in c.patches)
+        print(f"  {c.name:<16}{pin}{patches}")
+    print("packages")
+    for p in plan.packages:
+        print(f"  {p.name:<19}{p.requirement}  [{p.index}]")
+    print("layers (base first)")
+    for i, layer in enumerate(plan.layers):
+        print(f"  {i:>2} {layer.name:<11}{' '.join(layer.items)}")
+    for target in plan.targets:
+        print(f"verl {target} overrides")
+        for line in plan.overrides_for(target):
+            print(f"  {line}")
+    print_check(plan, results)

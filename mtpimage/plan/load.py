@@ -1,0 +1,53 @@
+"""From manifests to the Plan a command works on: load the manifests directory and build a
+profile's Plan with lock.yaml's resolved versions and the recorded substitutions.
+
+Every command and the main job start here; it lives outside the CLI so that command
+modules and domain modules can use it without importing the CLI back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from mtpimage.manifests import manifest
+from mtpimage.plan.model import Plan, build_plan
+
+
+def load(manifests_dir: Path | None = None) -> manifest.Manifests:
+    """The manifests directory given by --manifests, else this checkout's manifests/."""
+    return manifest.load(manifests_dir)
+
+
+def load_for(args) -> manifest.Manifests:
+    """The manifests of a parsed command line (its --manifests, when the command has one)."""
+    return load(getattr(args, "manifests", None))
+
+
+def plan_for(
+    m: manifest.Manifests,
+    name: str,
+    sets,
+    base: str | None = None,
+    omit: tuple[str, ...] | None = None,
+) -> Plan:
+    """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
+    matches it: they are part of what the image is, so of its identity too. `base` and
+    `omit` are the substitutions' flags (None: their MTP_* variables; see substitute.py)."""
+    from mtpimage.lock.lockfile import locked_requirements
+    from mtpimage.plan.substitute import apply as substitute
+
+    plan = build_plan(m, manifest.resolve_profile(m, name, sets))
+    locked = locked_requirements(m, plan)
+    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan, base, omit)
+
+
+def substitutions_of(args) -> dict:
+    """A parsed command line's --substitute-base and --omit-packages, as plan_for's keywords."""
+    from mtpimage.settings import split_list
+
+    omit = getattr(args, "omit_packages", None)
+    return {
+        "base": getattr(args, "substitute_base", None),
+        "omit": None if omit is None else split_list(omit),
+    }

@@ -1,0 +1,398 @@
+"""The Plan: a frozen, fully resolved description of one image.
+
+Everything after `resolve` reads only the Plan. Its content hash is the image's
+identity; the same manifests give the same Plan and the same hash, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mtpimage.manifests.manifest import Manifests, ResolvedProfile
+from mtpimage.manifests.modes import mode_overrides, verl_facts
+from mtpimage.settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
+
+PLAN_SCHEMA = "mtp-image-builder/plan/v1"
+MODE_LAYER = "mode"
+OS_LAYER = "os"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A fix on top of a component, pinned by the sha256 of its bytes: by reference (`repo`,
+    `base`, `head`, optional `paths`: the diff the tool makes from the two commits) or a local
+    file under manifests/ (`file`, a site's own fix). See patches.py."""
+
+    file: str | None
+    sha256: str
+    url: str
+    strip: int
+    provides: tuple[str, ...]
+    repo: str | None = None
+    base: str | None = None
+    head: str | None = None
+    paths: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """Its file name in the build context."""
+        from mtpimage.manifests.patches import context_name
+
+        return context_name(self)
+
+    def describe(self) -> str:
+        """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...` (or the local file)."""
+        from mtpimage.manifests.patches import describe
+
+        return describe(self)
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    source: str  # git | pypi
+    package: str
+    layer: str
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    version: str | None
+    index: str
+    subdir: str
+    extras: tuple[str, ...]
+    patches: tuple[Patch, ...]
+    build_requires: tuple[str, ...] = ()
+    deps_declared: bool = True  # False: installed without its own Requires-Dist
+    deps_add: tuple[str, ...] = ()  # runtime needs its packaging omits
+    entry_checks: tuple = ()  # what users start from it (in-image checks)
+
+    @property
+    def pin(self) -> str:
+        return self.commit if self.source == "git" else f"{self.package}=={self.version}"
+
+    def provides(self) -> set[str]:
+        return {p for patch in self.patches for p in patch.provides}
+
+
+@dataclass(frozen=True)
+class ExtensionBuild:
+    """How the tool compiles a package itself (components.yaml `build`): its pinned source
+    (an sdist by sha256, or a git commit), its own build switches and hashed build backends.
+    The architectures come from `builds.cuda_archs`; see extensions.py."""
+
+    source: str  # sdist | git
+    url: str | None  # sdist url
+    sha256: str | None  # of the sdist
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    env: tuple[tuple[str, str], ...]  # sorted; {cuda_archs}/{torch_cuda_arch_list} unfilled
+    build_requires: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()  # compiled modules the wheel must hold
+
+    @property
+    def pin(self) -> str:
+        return f"sha256:{self.sha256}" if self.source == "sdist" else str(self.commit)
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    index: str
+    layer: str
+    extras: tuple[str, ...]
+    requires_dist: tuple[str, ...] | None = None  # as data, for an index unreachable at lock time
+    build: ExtensionBuild | None = None  # compiled by the tool from a pinned source
+
+    @property
+    def requirement(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    items: tuple[str, ...]  # component / package names, in install order
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    summary: str
+    choose_when: str
+    mode: str
+    experimental: bool
+    targets: tuple[str, ...]
+    models: tuple[str, ...]
+    engine: tuple[tuple[str, Any], ...]  # frozen mapping: sorted (key, value)
+    rollout_engine: str
+    python: str
+    cuda: str
+    base_image: str  # name:tag@digest (digest may be absent)
+    base_digest: str | None
+    os_packages: tuple[str, ...]
+    indexes: tuple[tuple[str, str], ...]
+    components: tuple[Component, ...]
+    packages: tuple[Package, ...]
+    layers: tuple[Layer, ...]
+    verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]  # target -> override lines
+    size_budget_gb: float | None = None
+    overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
+    locked: tuple[
+        tuple[str, str, str, str, str, str], ...
+    ] = ()  # (name, version, layer, index, file, sha256)
+    # conflicts settled as data: (requirement, why, link) and (package, why, link)
+    overrides: tuple[tuple[str, str, str], ...] = ()
+    excludes: tuple[tuple[str, str, str], ...] = ()
+    sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
+    substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
+    cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
+    routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
+    builds_against: str = "torch"  # builds.against: builder stages start after its layer
+    builder_os_packages: tuple[str, ...] = ()  # builds.os_packages (builder stages only)
+    # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
+    ext_max_jobs: int = field(default=2, compare=False)
+    # resolution.routes' links (package, link): evidence shown to people by check and explain,
+    # not what is built: outside the digest
+    route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    # -- views -------------------------------------------------------------
+    def engine_dict(self) -> dict:
+        return {k: _thaw(v) for k, v in self.engine}
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def package(self, name: str) -> Package | None:
+        return next((p for p in self.packages if p.name == name), None)
+
+    def overrides_for(self, target: str) -> list[str]:
+        return list(dict(self.verl_overrides).get(target, ()))
+
+    @property
+    def recompute(self) -> dict | None:
+        return self.engine_dict().get("recompute")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        del d["ext_max_jobs"], d["route_links"]
+        if not self.cuda_archs:
+            del d["builds_against"]
+        for key in ("cuda_archs", "routes", "builder_os_packages"):  # absent when unused
+            if not d[key]:
+                del d[key]
+        d["engine"] = self.engine_dict()
+        d["indexes"] = dict(self.indexes)
+        d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
+        d["overridden"] = {t: list(f) for t, f in self.overridden}
+        d["layers"] = [{"name": layer.name, "items": list(layer.items)} for layer in self.layers]
+        return {"schema": PLAN_SCHEMA, **_lists(d)}
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+class _FrozenDict(dict):
+    """A dict that hashes (Plan is frozen); asdict() copies it as a plain dict."""
+
+    def __hash__(self):
+        return hash(json.dumps(self, sort_keys=True))
+
+
+def _freeze_dict(d: dict) -> dict:
+    return _FrozenDict({k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in value)
+    ):
+        return {k: _thaw(v) for k, v in value}
+    return value
+
+
+def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: str) -> list[str]:
+    """The exact Hydra overrides for a mode and target, MTP block first (upstream's order)."""
+    facts = verl_facts()
+    keys = facts["engine_keys"][target]
+    prefix = facts["mtp_prefix"][target]
+    lines = [f"{prefix}{k}={v}" for k, v in mode_overrides(mode)]
+    lines += [f"{k}={engine['name']}" for k in keys["engine"]]
+    if engine.get("bridge") == "mbridge":
+        lines += [f"{k}=True" for k in keys["vanilla_mbridge"]]
+    cp = engine.get("context_parallel_size", 1)
+    if cp and cp > 1:
+        lines += [f"{k}={cp}" for k in keys["context_parallel_size"]]
+    recompute = engine.get("recompute")
+    if recompute:
+        tc = keys["transformer_config"]
+        lines.append(f"{tc}recompute_granularity={recompute['granularity']}")
+        if recompute.get("method"):
+            lines.append(f"{tc}recompute_method={recompute['method']}")
+        if recompute.get("num_layers"):
+            lines.append(f"{tc}recompute_num_layers={recompute['num_layers']}")
+    lines += [f"{k}={rollout_engine}" for k in keys["rollout_name"]]
+    return lines
+
+
+def _extension_build(b: dict | None) -> ExtensionBuild | None:
+    if not b:
+        return None
+    src = b.get("sdist") or {}
+    git = b.get("git") or {}
+    return ExtensionBuild(
+        source="sdist" if src else "git",
+        url=src.get("url"),
+        sha256=src.get("sha256"),
+        repo=git.get("repo"),
+        ref=git.get("ref"),
+        commit=git.get("commit"),
+        env=tuple(sorted(b.get("env", {}).items())),
+        build_requires=tuple(b.get("build_requires", [])),
+        produces=tuple(b.get("produces", [])),
+    )
+
+
+def _component(name: str, c: dict) -> Component:
+    """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
+    return Component(
+        name=name,
+        source=c["source"],
+        package=c["package"],
+        layer=c["layer"],
+        repo=c.get("repo"),
+        ref=c.get("ref"),
+        commit=c.get("commit"),
+        version=c.get("version"),
+        index=c.get("index", "pypi"),
+        subdir=c.get("subdir", "."),
+        extras=tuple(c.get("extras", [])),
+        patches=tuple(
+            Patch(
+                p.get("file"),
+                p["sha256"],
+                p["url"],
+                p.get("strip", 1),
+                tuple(p.get("provides", [])),
+                p.get("repo"),
+                p.get("base"),
+                p.get("head"),
+                tuple(p.get("paths", [])),
+            )
+            for p in c.get("patches", [])
+        ),
+        build_requires=tuple(c.get("build_requires", [])),
+        deps_declared=(c.get("dependencies") or {}).get("declared", True),
+        deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
+        entry_checks=tuple(_freeze_dict(e) for e in c.get("entry_checks", [])),
+    )
+
+
+def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
+    cat = m.catalogue.data
+    data = rp.data
+    plat = cat["platform"]
+    img = plat["base_image"]
+    base = f"{img['name']}:{img['tag']}" + (f"@{img['digest']}" if img.get("digest") else "")
+    components = tuple(_component(name, c) for name, c in rp.components.items())
+    packages = tuple(
+        Package(
+            name=name,
+            version=p["version"],
+            index=p.get("index", "pypi"),
+            layer=p["layer"],
+            extras=tuple(p.get("extras", [])),
+            requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None,
+            build=_extension_build(p.get("build")),
+        )
+        for name, p in rp.packages.items()
+    )
+    layers = [Layer(OS_LAYER, tuple(plat.get("os_packages", [])))]
+    for layer in cat["layers"]:
+        items = [p.name for p in packages if p.layer == layer] + [
+            c.name for c in components if c.layer == layer
+        ]
+        if items:
+            layers.append(Layer(layer, tuple(items)))
+    layers.append(Layer(MODE_LAYER, ()))
+    engine = data["engine"]
+    overrides = tuple(
+        (t, tuple(verl_override_lines(data["mode"], t, engine, data["rollout"]["engine"])))
+        for t in data["targets"]
+    )
+    return Plan(
+        profile=rp.name,
+        summary=data["summary"],
+        choose_when=data.get("choose_when", ""),
+        mode=data["mode"],
+        experimental=data.get("experimental", False),
+        targets=tuple(data["targets"]),
+        models=tuple(data.get("models", [])),
+        engine=_freeze(engine),
+        rollout_engine=data["rollout"]["engine"],
+        python=plat["python"],
+        cuda=plat["cuda"],
+        base_image=base,
+        base_digest=img.get("digest"),
+        os_packages=tuple(plat.get("os_packages", [])),
+        indexes=tuple(sorted(cat["indexes"].items())),
+        components=components,
+        packages=packages,
+        layers=tuple(layers),
+        verl_overrides=overrides,
+        size_budget_gb=data.get("size_budget_gb"),
+        overridden=tuple(sorted((k, tuple(v)) for k, v in rp.overridden.items())),
+        overrides=tuple(
+            (o["requirement"], " ".join(o["why"].split()), o["link"])
+            for o in (cat.get("resolution") or {}).get("overrides", [])
+        ),
+        excludes=tuple(
+            (e["package"], " ".join(e["why"].split()), e["link"])
+            for e in (cat.get("resolution") or {}).get("excludes", [])
+        ),
+        sdists=tuple(
+            (e["package"], " ".join(e["why"].split()))
+            for e in (cat.get("resolution") or {}).get("sdists", [])
+        ),
+        cuda_archs=tuple((cat.get("builds") or {}).get("cuda_archs", ["90"]))
+        if any(p.build for p in packages)
+        else (),
+        routes=tuple(
+            (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
+            for r in (cat.get("resolution") or {}).get("routes", [])
+        ),
+        route_links=tuple((r["package"], r["link"]) for r in (cat.get("resolution") or {}).get("routes", [])),
+        ext_max_jobs=(cat.get("builds") or {}).get("max_jobs", 2),
+        builds_against=(cat.get("builds") or {}).get("against", "torch"),
+        builder_os_packages=tuple((cat.get("builds") or {}).get("os_packages", ["ccache"]))
+        if any(p.build for p in packages)
+        else (),
+    )

@@ -1,0 +1,371 @@
+"""The registry HTTP API (distribution v2) through requests: is a tag there and which digest
+does it name, a repository's tags, deleting a manifest (a failed push's roll-back), whether a
+registry answers at all, and moving blobs and manifests (OCI artifacts, wheelshare.py).
+
+Authentication as docker does it, with docker's stored credentials (dockerauth.py): on a 401
+a `Basic` challenge gets the stored login; a `Bearer` challenge sends it (or nothing, for
+anonymous pulls) to the token service named in the challenge and retries with the token.
+Timeouts come from the network policy (netpolicy.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+from mtpimage import netpolicy
+from mtpimage.errors import EnvironmentProblem
+from mtpimage.publish import dockerauth
+from mtpimage.publish.imageref import Registry, base_url
+
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
+
+
+def network_reason(exc: BaseException) -> str:
+    """What failed, in a few words, from a requests/urllib3 exception (whose own text is a
+    nest of pool, retry and connection object reprs)."""
+    import requests  # lazy: ~60 ms, only needed when a registry is involved
+
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, requests.exceptions.SSLError):
+        m = re.search(r"\[SSL: [A-Z_]+\] ([^(\"')]+)", text)
+        return f"TLS failed ({(m.group(1) if m else 'certificate or protocol error').strip()})"
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return "no answer to the connection attempt (timed out)"
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return "connected, but no answer in time (timed out)"
+    for needles, what in (
+        (
+            (
+                "nameresolutionerror",
+                "name or service not known",
+                "failed to resolve",
+                "temporary failure in name resolution",
+                "nodename nor servname",
+            ),
+            "its host name does not resolve (DNS)",
+        ),
+        (("connection refused",), "connection refused (nothing listens there)"),
+        (("network is unreachable", "no route to host"), "no network route to it"),
+        (
+            ("remotedisconnected", "connection aborted", "connection reset", "broken pipe"),
+            "the connection was closed without an answer",
+        ),
+        (("proxyerror", "unable to connect to proxy"), "the HTTP proxy refused or failed"),
+    ):
+        if any(n in low for n in needles):
+            return what
+    m = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    return m.group(1).strip() if m else type(exc).__name__
+
+
+class RegistryUnreachable(EnvironmentProblem):
+    def __init__(self, host: str, what: str, exc: BaseException):
+        self.reason = network_reason(exc)
+        super().__init__(
+            f"registry {host} cannot be reached: {self.reason} ({what}) (fix: check that the "
+            f"registry runs and that {base_url(host)}/v2/ answers from this machine (DNS, proxy, "
+            "firewall), or use another --registry)"
+        )
+
+
+class RegistryHTTPError(EnvironmentProblem):
+    """The registry answered, with a status that is not the one asked for."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth asking again (the network policy's retries): a connection that failed for a
+    reason that can pass, or a registry answering 5xx or 429. Never TLS or DNS failures."""
+    if isinstance(exc, RegistryUnreachable):
+        return not exc.reason.startswith(("TLS", "its host name does not resolve"))
+    return isinstance(exc, RegistryHTTPError) and (exc.status >= 500 or exc.status == 429)
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = (header or "").strip().partition(" ")
+    return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
+
+
+class RegistryClient:
+    """Look-ups in one registry, authenticated with docker's stored login for its host."""
+
+    def __init__(self, registry: Registry):
+        self.registry = registry
+        self.host = registry.host
+        self.base_url = registry.base_url
+        self._auth_header: dict[str, str] = {}  # what the last challenge asked for, reused
+
+    def _credentials(self):
+        return dockerauth.credentials(self.host)
+
+    def _answer(self, challenge: str, scope: str) -> dict[str, str] | None:
+        """Headers answering a 401's WWW-Authenticate, or None when there is no answer."""
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
+
+        scheme, fields = _challenge(challenge)
+        creds = self._credentials()
+        if scheme == "basic":
+            if creds is None:
+                return None
+            token = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+            return {"Authorization": f"Basic {token}"}
+        if scheme != "bearer" or not fields.get("realm"):
+            return None
+        realm = fields["realm"]
+        params = {"service": fields.get("service", ""), "scope": fields.get("scope") or scope}
+        try:
+            resp = requests.get(
+                realm,
+                params=params,
+                timeout=netpolicy.http_timeout(),
+                auth=(creds.username, creds.password) if creds else None,
+            )
+        except requests.RequestException as exc:
+            raise RegistryUnreachable(self.host, f"token service {realm}", exc) from None
+        if resp.status_code != 200:
+            return None
+        try:
+            body = resp.json()
+        except ValueError:
+            return None
+        token = body.get("token") or body.get("access_token")
+        return {"Authorization": f"Bearer {token}"} if token else None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        scope: str,
+        headers: dict | None = None,
+        *,
+        body: bytes | Path | None = None,
+        params: dict | None = None,
+        stream: bool = False,
+    ):
+        """One request, answering a 401 once. `path` is under the registry's base URL, or a
+        URL the registry gave (an upload's Location); credentials go only to the registry's
+        own host. A Path body is re-opened for each send, so the 401's retry sends it whole."""
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
+
+        url = urljoin(self.base_url + "/", path)
+        ours = urlsplit(url).netloc == urlsplit(self.base_url).netloc
+        headers = dict(headers or {})
+
+        def send(auth: dict[str, str]):
+            data = body.open("rb") if isinstance(body, Path) else body
+            try:
+                return requests.request(
+                    method,
+                    url,
+                    headers={**headers, **auth},
+                    data=data,
+                    params=params,
+                    stream=stream,
+                    timeout=netpolicy.http_timeout(),
+                )
+            finally:
+                if isinstance(body, Path):
+                    data.close()
+
+        try:
+            resp = send(self._auth_header if ours else {})
+            if resp.status_code == 401 and ours:
+                answer = self._answer(resp.headers.get("WWW-Authenticate", ""), scope)
+                if answer:
+                    resp.close()
+                    self._auth_header = answer
+                    resp = send(answer)
+        except requests.RequestException as exc:
+            raise RegistryUnreachable(self.host, what, exc) from None
+        return resp
+
+    def manifest_digest(self, repository: str, tag: str) -> str | None:
+        """Digest of repository:tag in the registry, or None when the tag does not exist."""
+        path = self.registry.repo_path(repository)
+        what = f"looking up {self.registry.ref(repository, tag)}"
+        resp = self._request(
+            "HEAD", f"/v2/{path}/manifests/{tag}", what, f"repository:{path}:pull", {"Accept": MANIFEST_TYPES}
+        )
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return resp.headers.get("Docker-Content-Digest")
+
+    def tags(self, repository: str) -> list[str]:
+        path = self.registry.repo_path(repository)
+        what = f"listing the tags of {self.registry.ref(repository)}"
+        resp = self._request("GET", f"/v2/{path}/tags/list", what, f"repository:{path}:pull")
+        if resp.status_code == 404:
+            return []
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return sorted(resp.json().get("tags") or [])
+
+    def delete_manifest(self, repository: str, digest: str) -> bool:
+        """Delete a manifest by digest (which removes every tag naming it); True when gone."""
+        path = self.registry.repo_path(repository)
+        resp = self._request(
+            "DELETE",
+            f"/v2/{path}/manifests/{digest}",
+            f"deleting {self.registry.ref(repository)}@{digest}",
+            f"repository:{path}:delete",
+        )
+        return resp.status_code in (200, 202, 404)
+
+    # -- blobs and manifests (pushing and pulling OCI artifacts) ----------------------------
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        path = self.registry.repo_path(repository)
+        what = f"looking up blob {digest} in {self.registry.ref(repository)}"
+        resp = self._request("HEAD", f"/v2/{path}/blobs/{digest}", what, f"repository:{path}:pull")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return True
+
+    def upload_blob(self, repository: str, digest: str, body: bytes | Path) -> None:
+        """The monolithic upload: POST opens an upload session, one PUT carries every byte and
+        names the digest, which the registry checks before it accepts the blob."""
+        path = self.registry.repo_path(repository)
+        scope = f"repository:{path}:pull,push"
+        what = f"uploading blob {digest} to {self.registry.ref(repository)}"
+        resp = self._request("POST", f"/v2/{path}/blobs/uploads/", what, scope)
+        location = resp.headers.get("Location")
+        if resp.status_code != 202 or not location:
+            raise self._http_error(resp.status_code, what)
+        resp = self._request(
+            "PUT",
+            location,
+            what,
+            scope,
+            {"Content-Type": "application/octet-stream"},
+            body=body,
+            params={"digest": digest},  # requests appends it to the Location's own query
+        )
+        if resp.status_code != 201:
+            raise self._http_error(resp.status_code, what)
+
+    def fetch_blob(self, repository: str, digest: str, out, max_bytes: int) -> tuple[str, int]:
+        """Stream a blob into the binary file `out` (emptied first, so a retry starts over);
+        stop after max_bytes + 1 bytes. Returns (sha256:HEX of what came, its size): the caller
+        compares both with what it asked for."""
+        path = self.registry.repo_path(repository)
+        what = f"downloading blob {digest} from {self.registry.ref(repository)}"
+        out.seek(0)
+        out.truncate()
+        resp = self._request(
+            "GET", f"/v2/{path}/blobs/{digest}", what, f"repository:{path}:pull", stream=True
+        )
+        with resp:
+            if resp.status_code != 200:
+                raise self._http_error(resp.status_code, what)
+            h, size = hashlib.sha256(), 0
+            try:
+                for chunk in resp.iter_content(1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+                    if size > max_bytes:
+                        break
+            except Exception as exc:  # a cut transfer: requests' and urllib3's errors alike
+                raise RegistryUnreachable(self.host, what, exc) from None
+        return f"sha256:{h.hexdigest()}", size
+
+    def manifest(
+        self, repository: str, reference: str, accept: str = MANIFEST_TYPES
+    ) -> tuple[bytes, str] | None:
+        """(the manifest's bytes, their digest) for a tag or digest, or None when there is none.
+        The digest is computed from the bytes, never taken from a header."""
+        path = self.registry.repo_path(repository)
+        what = f"reading manifest {self.registry.ref(repository)}:{reference}"
+        resp = self._request(
+            "GET", f"/v2/{path}/manifests/{reference}", what, f"repository:{path}:pull", {"Accept": accept}
+        )
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._http_error(resp.status_code, what)
+        return resp.content, "sha256:" + hashlib.sha256(resp.content).hexdigest()
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        """PUT a manifest under a tag; returns its digest (of exactly these bytes)."""
+        path = self.registry.repo_path(repository)
+        what = f"pushing manifest {self.registry.ref(repository)}:{reference}"
+        resp = self._request(
+            "PUT",
+            f"/v2/{path}/manifests/{reference}",
+            what,
+            f"repository:{path}:pull,push",
+            {"Content-Type": media_type},
+            body=body,
+        )
+        if resp.status_code != 201:
+            detail = " ".join(resp.text.split())[:200]
+            raise self._http_error(resp.status_code, f"{what}: {detail}" if detail else what)
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise EnvironmentProblem(
+                f"registry {self.host} stored manifest {self.registry.ref(repository)}:{reference} as {said}, "
+                f"not as the pushed bytes' {digest} (fix: use a registry that keeps manifests as pushed)"
+            )
+        return digest
+
+    def referrers(self, repository: str, digest: str) -> list[dict] | None:
+        """The descriptors the OCI 1.1 referrers API lists for a manifest, or None where the
+        registry has no such API (it answers 404 there: distribution 2.8, most older ones)."""
+
+        path = self.registry.repo_path(repository)
+        what = f"listing the referrers of {self.registry.ref(repository)}@{digest}"
+        resp = self._request(
+            "GET",
+            f"/v2/{path}/referrers/{digest}",
+            what,
+            f"repository:{path}:pull",
+            {"Accept": "application/vnd.oci.image.index.v1+json"},
+        )
+        if resp.status_code != 200:
+            return None
+        try:
+            manifests = json.loads(resp.content).get("manifests")
+        except (ValueError, AttributeError):
+            return None  # a 200 that is not an index: not the API either
+        return manifests if isinstance(manifests, list) else None
+
+    def _http_error(self, status: int, what: str) -> RegistryHTTPError:
+        if status in (401, 403):
+            fix = f"docker login {self.host}, or use a registry this machine may read"
+        elif status >= 500:
+            fix = "the registry itself failed: check its logs, or retry later"
+        else:
+            fix = f"check that {self.base_url} is a Docker registry (HTTP API v2)"
+        return RegistryHTTPError(f"registry {self.host} answered HTTP {status} ({what}) (fix: {fix})", status)
+
+
+def answers(host: str, timeout: float = 5) -> None:
+    """Raise RegistryUnreachable unless something answers at host's /v2/ (any HTTP status:
+    a 401 still means the registry is there)."""
+    import requests  # lazy: ~60 ms, only needed when a registry is involved
+
+    try:
+        requests.get(f"{base_url(host)}/v2/", timeout=timeout)
+    except requests.RequestException as exc:
+        raise RegistryUnreachable(host, "GET /v2/", exc) from None
