@@ -1,0 +1,358 @@
+"""The Python set of a lock: one uv resolution of a profile's whole environment, its stub
+wheels for the git sources, the hashed file of every package and its layer, and what
+could not be verified (the `python` entries of manifests/lock.yaml; locker.py runs it)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mtpimage.errors import BuilderError, InputError
+from mtpimage.lock import lockfile, pydeps, resolver, srcmeta
+from mtpimage.plan.model import Plan
+
+
+class PythonSets:
+    """The resolution half of Locker: needs self.m, self.cutoff, self.ss (a SourceSet),
+    self.sets, self.unverified, self.failures and self.resolve_seconds."""
+
+    def _cutoff_args(self) -> dict:
+        return {
+            "exclude_newer": self.cutoff.get("exclude_newer"),
+            "exclude_newer_package": self.cutoff.get("exclude_newer_package") or {},
+        }
+
+    def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
+        """A git source's resolution stub: its own metadata, read from the fetched source.
+        The catalogue's version must agree with the source's (a disagreement names both)."""
+        tree = self.ss.trees.get(c.name)
+        if tree is None:
+            reason = self.ss.unavailable.get(c.name, "not fetched")
+            raise BuilderError(
+                f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
+                f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
+                "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
+                "metadata and never guesses it)"
+            )
+        try:
+            meta = srcmeta.read(tree)  # SourceSet trees already point into subdir
+        except srcmeta.MetadataUnreadable as exc:
+            raise InputError(
+                self.m.catalogue.where("components", c.name),
+                f"components.{c.name}",
+                f"cannot read {c.package}'s metadata from {c.repo} @ {c.commit[:12]}: {exc}",
+                "set dependencies.declared: false and list its runtime needs in dependencies.add",
+            ) from None
+        if pydeps.canonical(meta.name) != pydeps.canonical(c.package):
+            raise InputError(
+                self.m.catalogue.where("components", c.name),
+                f"components.{c.name}.package",
+                f"the source at {c.commit[:12]} builds {meta.name!r}, the catalogue says {c.package!r}",
+                f"set package: {meta.name}",
+            )
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            same = Version(c.version or "0") == Version(meta.version)
+        except InvalidVersion:
+            same = c.version == meta.version
+        if c.version and not same:
+            raise InputError(
+                self.m.catalogue.where("components", c.name, "version"),
+                f"components.{c.name}.version",
+                f"the catalogue says {c.version}, the source at {c.commit[:12]} builds "
+                f"{meta.version} ({meta.where})",
+                f"set version: {meta.version}",
+            )
+        requires = list(meta.requires) if c.deps_declared else []
+        requires += list(c.deps_add)
+        extras = {k: list(v) for k, v in meta.extras.items()} if c.deps_declared else {}
+        return meta.version, {
+            "version": meta.version,
+            "requires": requires,
+            "extras": extras,
+            "declared": list(meta.requires),
+        }
+
+    def python_set(self, plan: Plan) -> str:
+        """Resolve `plan`'s whole Python environment once per distinct input (its key) and
+        record the set's document in self.sets; returns the key. Stages: inputs (index probes,
+        requirements and stubs), resolution, layer assignment, file selection, document."""
+        s = self._set_inputs(plan)
+        if s.key in self.sets:
+            return s.key
+        doc = _set_head(plan, s)
+        t0 = time.monotonic()
+        try:
+            res = resolver.resolve(
+                s.requirements,
+                s.stubs,
+                s.overrides,
+                s.excludes,
+                s.reachable,
+                plan.python,
+                **self._cutoff_args(),
+            )
+        except resolver.ResolutionFailed as exc:
+            self.resolve_seconds += time.monotonic() - t0
+            return self._failed_set(
+                s.key,
+                doc,
+                exc,
+                f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} "
+                "(fix: an override or exclude in components.yaml `resolution`, with why and link)",
+            )
+        layers = resolver.assign_layers(res.packages, _layer_members(plan))
+        try:
+            files, index_of = self._select_files(plan, s, res)
+        except resolver.ResolutionFailed as exc:
+            return self._failed_set(s.key, doc, exc, f"python set {s.key} ({plan.profile}): {exc}")
+        self.resolve_seconds += time.monotonic() - t0
+        packages = {
+            name: _package_entry(plan, s, name, entry, layers[name], index_of, files)
+            for name, entry in res.packages.items()
+        }
+        doc.update(resolved=True, packages=dict(sorted(packages.items())))
+        # what stood in for the sources and the unreachable packages: enough to re-run this
+        # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
+        doc["stubs"] = {
+            n: {
+                "version": v["version"],
+                "requires": list(v.get("requires") or []),
+                **({"extras": v["extras"]} if v.get("extras") else {}),
+            }
+            for n, v in sorted(s.stubs.items())
+        }
+        doc["build_requires"] = self._build_sets(plan, s.indexes)
+        self._unverified_of(doc, res, s.unverified)
+        self.sets[s.key] = doc
+        return s.key
+
+    def _set_inputs(self, plan: Plan) -> _SetInputs:
+        """Stage 1: which indexes answer, what is required, what stands in for what an index
+        cannot tell (git sources' own metadata, compiled extensions' declared requires)."""
+        indexes = dict(plan.indexes)
+        used = {p.index for p in plan.packages} | {c.index for c in plan.components if c.source == "pypi"}
+        used.add("pypi")
+        reach: dict[str, str | None] = {}
+        for name in sorted(used):
+            probe = next((p.name for p in plan.packages if p.index == name), None) or next(
+                (c.package for c in plan.components if c.index == name and c.source == "pypi"), "pip"
+            )
+            reach[name] = pydeps.probe_index(indexes[name], probe)
+        s = _SetInputs(indexes=indexes, used=sorted(used), reach=reach)
+        self._requirements_and_stubs(plan, s)
+        # An unreachable default index is recorded, not fatal: a stack of stubs and git sources
+        # alone still resolves (offline, --no-index); anything that needs the index fails there.
+        s.reachable = ([] if reach["pypi"] else [indexes["pypi"]]) + [
+            indexes[n] for n in s.used if n != "pypi" and not reach[n]
+        ]
+        if reach["pypi"]:
+            self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
+        s.overrides = [o[0] for o in plan.overrides]
+        s.excludes = [e[0] for e in plan.excludes]
+        stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in s.stubs.items()}
+        s.key = lockfile.set_key(
+            s.requirements,
+            {n: indexes[n] for n in s.used},
+            {"stubs": stub_key, "overrides": s.overrides, "excludes": s.excludes},
+        )
+        return s
+
+    def _requirements_and_stubs(self, plan: Plan, s: _SetInputs) -> None:
+        """Stage 2: one requirement per package and component; stubs for git sources and
+        compiled extensions. A package whose index does not answer would have no sha256:
+        refused (HashlessPackage), never locked by version alone."""
+        hashless: list[tuple[str, str]] = []  # (name==version, index): no file, no sha256
+        for p in plan.packages:
+            s.requirements.append(p.requirement)
+            s.owner[pydeps.canonical(p.name)] = p.name
+            if p.build is not None:
+                # compiled here: its metadata needs a build, so it is data (requires_dist)
+                s.stubs[p.name] = {"version": p.version, "requires": list(p.requires_dist or ())}
+                continue
+            if s.reach[p.index]:
+                # no file, so no sha256: the image would install it by version alone
+                hashless.append((f"{p.name}=={p.version}", p.index))
+        for c in plan.components:
+            extras = f"[{','.join(c.extras)}]" if c.extras else ""
+            s.owner[pydeps.canonical(c.package)] = c.name
+            if c.source == "pypi":
+                s.requirements.append(f"{c.package}{extras}=={c.version}")
+                if s.reach[c.index]:
+                    hashless.append((f"{c.package}=={c.version}", c.index))
+                continue
+            version, stub = self._stub_for(plan, c)
+            s.requirements.append(f"{c.package}{extras}=={version}")
+            s.stubs[c.package] = stub
+        if hashless:
+            raise HashlessPackage(
+                "lock failed, manifests/lock.yaml left unchanged: "
+                + "; ".join(
+                    f"{what} from index {idx} ({s.indexes[idx]}) would install without a sha256: "
+                    f"the index does not answer ({s.reach[idx]})"
+                    for what, idx in hashless
+                )
+                + " (fix: lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
+                "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
+            )
+
+    def _select_files(self, plan: Plan, s: _SetInputs, res) -> tuple[dict, dict]:
+        """Stage 4: one hashed file per resolved package, from the index that serves it."""
+        pins_by_index: dict[str, dict[str, str]] = {}
+        index_of: dict[str, str] = {}
+        for name, entry in res.packages.items():
+            if entry["stub"]:
+                continue
+            pk = plan.package(s.owner.get(name, "")) if name in s.owner else None
+            idx = pk.index if pk is not None else "pypi"
+            index_of[name] = idx
+            pins_by_index.setdefault(idx, {})[name] = entry["version"]
+        files: dict[str, dict] = {}
+        for idx, pins in sorted(pins_by_index.items()):
+            files.update(
+                resolver.select_files(
+                    pins, s.indexes[idx], plan.python, {pydeps.canonical(n) for n, _w in plan.sdists}
+                )
+            )
+        return files, index_of
+
+    def _failed_set(self, key: str, doc: dict, exc: Exception, failure: str) -> str:
+        """A set that does not resolve is recorded as such (the lock then fails, naming it)."""
+        doc.update(resolved=False, error=str(exc), packages={})
+        self.failures.append(failure)
+        self.sets[key] = doc
+        return key
+
+    def _build_sets(self, plan: Plan, indexes: dict[str, str]) -> dict:
+        """The hashed build backends of every git source and compiled extension."""
+        build_sets = {}
+        builders = [_Named(c.name, c.build_requires) for c in plan.components if c.source == "git"]
+        builders += [_Named(p.name, p.build.build_requires) for p in plan.packages if p.build is not None]
+        for c in builders:
+            if not c.build_requires:
+                continue
+            try:
+                br = resolver.resolve(
+                    list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python, **self._cutoff_args()
+                )
+            except resolver.ResolutionFailed as exc:
+                self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
+                continue
+            bfiles = resolver.select_files(
+                {n: e["version"] for n, e in br.packages.items()}, indexes["pypi"], plan.python
+            )
+            build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+        return build_sets
+
+    def _unverified_of(self, doc: dict, res, unverified: dict[str, str]) -> None:
+        """What this set could not verify, in its document and in the run's list."""
+        if res.unbounded:
+            # their index serves no upload times (PEP 700): uv cannot hold them to the cutoff
+            doc["not_bounded_in_time"] = res.unbounded
+            for name in res.unbounded:
+                unverified.setdefault(
+                    name, "its index serves no upload times: not held to the resolution cutoff"
+                )
+        doc["unverified"] = dict(sorted(unverified.items()))
+        for name, why in sorted(unverified.items()):
+            line = f"python {name}: {why}"
+            if line not in self.unverified:
+                self.unverified.append(line)
+
+
+@dataclass
+class _SetInputs:
+    """What one Python set is resolved from (python_set's first stages fill it in)."""
+
+    indexes: dict[str, str]  # index name -> URL
+    used: list[str]  # the index names this plan uses, sorted
+    reach: dict[str, str | None]  # index name -> why it does not answer (None: it answers)
+    requirements: list[str] = field(default_factory=list)
+    stubs: dict = field(default_factory=dict)  # distribution -> stand-in metadata
+    owner: dict[str, str] = field(default_factory=dict)  # canonical distribution -> component/package
+    unverified: dict[str, str] = field(default_factory=dict)
+    reachable: list[str] = field(default_factory=list)  # index URLs the resolver may ask
+    overrides: list[str] = field(default_factory=list)
+    excludes: list[str] = field(default_factory=list)
+    key: str = ""
+
+
+def _set_head(plan: Plan, s: _SetInputs) -> dict:
+    """The set document's inputs, written whether or not the set resolves."""
+    return {
+        "requirements": sorted(s.requirements),
+        "indexes": {
+            n: (
+                {"url": s.indexes[n], "verified": True}
+                if not s.reach[n]
+                else {"url": s.indexes[n], "verified": False, "reason": s.reach[n]}
+            )
+            for n in s.used
+        },
+        "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+        "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
+    }
+
+
+def _layer_members(plan: Plan) -> list[tuple[str, list[str]]]:
+    """Stage 3's input: the plan's own layers and their distributions, members first."""
+    members = []
+    for layer in plan.layers:
+        names = []
+        for item in layer.items:
+            pk = plan.package(item)
+            cp = plan.component(item)
+            if pk is not None:
+                names.append(pk.name)
+            elif cp is not None:
+                names.append(cp.package)
+        if names:
+            members.append((layer.name, names))
+    return members
+
+
+def _package_entry(plan: Plan, s: _SetInputs, name: str, entry: dict, layer: str, index_of, files) -> dict:
+    """Stage 5: one resolved distribution as lock.yaml records it: a git source, a package
+    built here (its source pin), a stand-in, or a hashed file of its index."""
+    e: dict = {"version": entry["version"], "layer": layer}
+    owner = s.owner.get(name, "")
+    comp = plan.component(owner)
+    if comp is not None and comp.source == "git":
+        e["source"] = f"git ({comp.name})"
+        if not comp.deps_declared:
+            e["declared_dependencies"] = "not installed (dependencies.declared: false)"
+    elif entry["stub"] and _built(plan, owner) is not None:
+        e.update(source="built", built_from=_built(plan, owner))
+    elif entry["stub"]:
+        e.update(
+            index=plan.package(s.owner[name]).index,
+            verified=False,
+            reason=s.unverified.get(s.owner[name], "stub"),
+        )
+    else:
+        e.update(index=index_of[name], **files[name])
+    e["via"] = entry["via"]
+    return e
+
+
+class HashlessPackage(BuilderError):
+    """A package would be locked without a file and sha256 (its index does not answer): the
+    image would install it by version alone (rule hash-pinned), so lock refuses it. Built
+    packages are exempt: their source is pinned by hash instead."""
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A source with build backends to lock: a git component or a compiled extension."""
+
+    name: str
+    build_requires: tuple[str, ...]
+
+
+def _built(plan: Plan, name: str) -> dict | None:
+    """The source pin of a package the tool compiles (lock.yaml records it, not a file)."""
+    from mtpimage.ext.extensions import source_pin
+
+    p = plan.package(name)
+    return source_pin(p) if p is not None and p.build is not None else None
