@@ -844,31 +844,97 @@ def _run_py(args: list[str], timeout: int = 600) -> tuple[int, str]:
     return proc.returncode, lines[-1] if lines else ""
 
 
-def entry_check(e: dict) -> dict:
-    """One entry check, in its own interpreter(s), with its own time."""
-    started = time.monotonic()
-    if e.get("code"):
-        rc, last = _run_py(["-c", e["code"]])
-        detail = "ok" if rc == 0 else last
-    else:
-        overrides_file = HERE.parent / "verl" / f"{e['target']}.overrides"
-        overrides = overrides_file.read_text().split() if overrides_file.is_file() else []
-        detail = f"python -m {e['module']} --cfg job + {len(overrides)} overrides"
-        rc, last = _run_py(["-m", e["module"], "--cfg", "job", *overrides])
-        if rc == 0 and e.get("also_import"):
-            rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in e["also_import"])])
-            detail += f"; import {', '.join(e['also_import'])}"
-        if rc != 0:
-            detail += f": {last}"
-    out = result(f"entry:{e['id']}", PASS if rc == 0 else FAIL, detail)
+# An entry check is split by what it reads. Importing what users start (a `code` check, or a
+# `module` check's module and its also_import) reads only installed files: group
+# "entry-imports", reusable like the import check. Composing a `module` check's hydra config
+# with the mode's overrides reads the mode layer: group "entrypoints", always run, in an
+# interpreter that imports hydra alone (what `python -m MODULE --cfg job` does after the module's
+# own imports, which the other group proved), so a mode-layer change costs seconds, not a torch
+# start-up per trainer. A module without a literal @hydra.main runs `python -m` as a whole.
+COMPOSE = """
+import json, sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+config_dir, name, version_base = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with initialize_config_dir(config_dir=config_dir, version_base=version_base, job_name="mtp-entry-check"):
+    OmegaConf.to_yaml(compose(config_name=name, overrides=sys.argv[4:]))
+"""
+
+
+def hydra_main_of(module: str) -> tuple[str, str, str | None] | None:
+    """(config dir, config name, version_base) of the module's literal @hydra.main, found by
+    reading its file (ast; nothing of it is imported), or None."""
+    import ast
+
+    top, _, rest = module.partition(".")
+    spec = importlib.util.find_spec(top)  # a top-level name: found, not executed
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")).with_suffix(".py")
+    if not path.is_file():
+        return None
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for deco in getattr(node, "decorator_list", ()):
+            func = getattr(deco, "func", None)
+            if func is not None and ast.unparse(func) == "hydra.main":
+                kw = {k.arg: k.value for k in deco.keywords}
+                try:
+                    values = {k: ast.literal_eval(v) for k, v in kw.items()}
+                except ValueError:
+                    return None
+                if isinstance(values.get("config_path"), str) and isinstance(values.get("config_name"), str):
+                    return (
+                        str(path.parent / values["config_path"]),
+                        values["config_name"],
+                        values.get("version_base"),
+                    )
+    return None
+
+
+def _overrides(e: dict) -> list[str]:
+    overrides_file = HERE.parent / "verl" / f"{e['target']}.overrides"
+    return overrides_file.read_text().split() if overrides_file.is_file() else []
+
+
+def _timed(cid: str, started: float, rc: int, detail: str) -> dict:
+    out = result(cid, PASS if rc == 0 else FAIL, detail)
     return {**out, "seconds": round(time.monotonic() - started, 3)}
 
 
-def check_entrypoints(vector: dict) -> list[dict]:
+def entry_import(e: dict) -> dict:
+    """A `code` check, or the imports of a `module` check, in its own interpreter."""
+    started = time.monotonic()
+    if e.get("code"):
+        rc, last = _run_py(["-c", e["code"]])
+        return _timed(f"entry:{e['id']}", started, rc, "ok" if rc == 0 else last)
+    names = [e["module"], *(e.get("also_import") or ())]
+    rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in names)])
+    detail = f"import {', '.join(names)}" + ("" if rc == 0 else f": {last}")
+    return _timed(f"entry:{e['id']}:import", started, rc, detail)
+
+
+def entry_config(e: dict) -> dict:
+    """A `module` check's config, composed with the mode's overrides."""
+    started = time.monotonic()
+    overrides = _overrides(e)
+    found = hydra_main_of(e["module"])
+    if found is None:
+        detail = f"python -m {e['module']} --cfg job + {len(overrides)} overrides"
+        rc, last = _run_py(["-m", e["module"], "--cfg", "job", *overrides])
+    else:
+        config_dir, name, version_base = found
+        detail = f"{e['module']}: hydra config {name} + {len(overrides)} overrides"
+        rc, last = _run_py(["-c", COMPOSE, config_dir, name, json.dumps(version_base), *overrides])
+    return _timed(f"entry:{e['id']}:config", started, rc, detail if rc == 0 else f"{detail}: {last}")
+
+
+def _entries(vector: dict, group: str, run_one) -> list[dict]:
     omitted = {
         s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"
     }
     entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
+    if group == "entrypoints":
+        entries = [e for e in entries if e.get("module")]
     out: dict[str, dict] = {}
     for e in entries:
         gone = [pkg for pkg in e.get("needs", []) if pkg in omitted]
@@ -880,11 +946,19 @@ def check_entrypoints(vector: dict) -> list[dict]:
             )
     # independent interpreters: as many at once as there are cores, reported in their order
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 2)) as pool:
-        running = {e["id"]: pool.submit(entry_check, e) for e in entries if e["id"] not in out}
+        running = {e["id"]: pool.submit(run_one, e) for e in entries if e["id"] not in out}
         out.update({eid: f.result() for eid, f in running.items()})
     if not out:
-        return [result("entrypoints", SKIP, "no component declares entry checks")]
+        return [result(group, SKIP, "no component declares entry checks of this kind")]
     return [out[e["id"]] for e in entries]
+
+
+def check_entry_imports(vector: dict) -> list[dict]:
+    return _entries(vector, "entry-imports", entry_import)
+
+
+def check_entrypoints(vector: dict) -> list[dict]:
+    return _entries(vector, "entrypoints", entry_config)
 
 
 # ------------------------------------------------------------------------------- reuse
@@ -899,6 +973,7 @@ REUSABLE = {
     "pip-check": (("run_checks.py",), ("resolution", "components")),
     "versions": (("run_checks.py",), ("components", "packages", "python_packages", "substitutions")),
     "probes": (("run_checks.py",), ("probes", "components")),
+    "entry-imports": (("run_checks.py",), ("components", "substitutions")),
 }
 
 
@@ -944,6 +1019,7 @@ def run(
         ("probes", lambda: check_probes(vector)),
         ("cuda-runtime", lambda: check_cuda(vector)),
         ("login-shell", check_login_shell),
+        ("entry-imports", lambda: check_entry_imports(vector)),
         ("entrypoints", lambda: check_entrypoints(vector)),
     ]
     groups.append(("gpu", lambda: check_gpu(gpu)))

@@ -79,7 +79,8 @@ def test_a_group_is_reused_only_with_the_inputs_it_was_proved_with(rc):
 
 def test_groups_that_read_the_mode_layer_are_never_reused(rc):
     assert rc.inputs_digest("login-shell", VECTOR) is None
-    assert set(rc.REUSABLE) == {"imports", "pip-check", "versions", "probes"}
+    assert set(rc.REUSABLE) == {"imports", "pip-check", "versions", "probes", "entry-imports"}
+    assert rc.inputs_digest("entrypoints", VECTOR) is None  # composes with the mode's overrides
 
 
 def test_every_result_says_its_group_and_time(rc):

@@ -184,7 +184,8 @@ def test_libraries_mapped_before_the_preload_from_other_files_clash():
     assert server.conflicts({"/torch/lib/libcudart.so.13.0.1", "/x/libfoo.so"}) == []
 
 
-def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc):
+def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc, tmp_path, monkeypatch):
+    _trainer(tmp_path, monkeypatch, decorated=True)
     vector = {
         "substitutions": [{"what": "omitted", "detail": "flash-attn==2.8.3"}],
         "components": [
@@ -195,13 +196,70 @@ def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc):
                 ]
             },
             {"entry_checks": [{"id": "broken", "code": "raise SystemExit('no trainer')"}]},
+            {"entry_checks": [{"id": "trainer", "module": "faketrainer.main", "target": "rl"}]},
         ],
     }
-    results = rc.check_entrypoints(vector)
+    results = rc.check_entry_imports(vector)
     assert [(r["id"], r["status"]) for r in results] == [
         ("entry:first", "pass"),
         ("entry:gone", "skip"),
         ("entry:broken", "fail"),
+        ("entry:trainer:import", "pass"),
     ]
     assert results[2]["detail"] == "no trainer"
     assert all(isinstance(r["seconds"], float) for r in (results[0], results[2]))
+    # the config half reads the mode layer: only module checks, in the always-run group
+    assert [r["id"] for r in rc.check_entrypoints(vector)] == ["entry:trainer:config"]
+
+
+def _trainer(tmp_path, monkeypatch, decorated: bool):
+    """faketrainer.main: a trainer module whose import must not run when its hydra config is
+    read (it exits at import), decorated with a literal @hydra.main or not."""
+    pkg = tmp_path / "faketrainer"
+    (pkg / "config").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    deco = (
+        '@hydra.main(config_path="config", config_name="trainer", version_base=None)\n' if decorated else ""
+    )
+    (pkg / "main.py").write_text(
+        "import sys\nimport hydra\n"
+        f"{deco}def main(cfg):\n    pass\n"
+        "if __name__ == '__main__':\n    sys.exit('ran as a whole: ' + ' '.join(sys.argv[1:]))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (tmp_path / "hydra").mkdir()
+    (tmp_path / "hydra" / "__init__.py").write_text("def main(**kw):\n    return lambda f: f\n")
+    return pkg
+
+
+def test_the_hydra_config_of_a_trainer_is_read_from_its_file_not_imported(rc, tmp_path, monkeypatch):
+    pkg = _trainer(tmp_path, monkeypatch, decorated=True)
+    assert rc.hydra_main_of("faketrainer.main") == (str(pkg / "config"), "trainer", None)
+    assert "faketrainer.main" not in sys.modules
+    assert rc.hydra_main_of("no_such_top_level_pkg.main") is None
+
+
+def test_a_trainer_without_a_literal_hydra_main_runs_as_a_whole(rc, tmp_path, monkeypatch):
+    _trainer(tmp_path, monkeypatch, decorated=False)
+    assert rc.hydra_main_of("faketrainer.main") is None
+    out = rc.entry_config({"id": "t", "module": "faketrainer.main", "target": "no-such-target"})
+    assert out["status"] == "fail"
+    assert out["detail"].endswith("ran as a whole: --cfg job")
+
+
+def test_the_composed_config_refuses_an_override_key_it_does_not_have(rc, tmp_path, monkeypatch):
+    """With the real hydra (a test dependency, as in the image): what `--cfg job` refuses."""
+    pytest.importorskip("hydra", reason="hydra-core is in requirements-dev.txt")
+    pkg = _trainer(tmp_path, monkeypatch, decorated=True)
+    (tmp_path / "hydra").rename(tmp_path / "not-hydra")  # the real one, not the stand-in
+    (pkg / "config" / "trainer.yaml").write_text("model:\n  mtp:\n    enable: false\n")
+    overrides = tmp_path / "verl" / "rl.overrides"
+    overrides.parent.mkdir()
+    monkeypatch.setattr(rc, "HERE", tmp_path / "checks")
+    e = {"id": "t", "module": "faketrainer.main", "target": "rl"}
+    overrides.write_text("model.mtp.enable=True\n")
+    assert rc.entry_config(e)["status"] == "pass"
+    overrides.write_text("model.mtp.no_such_key=True\n")
+    out = rc.entry_config(e)
+    assert out["status"] == "fail" and "no_such_key" in out["detail"], out
