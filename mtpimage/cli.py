@@ -114,13 +114,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-config", type=Path, help="a HF config.json to check against the mode")
     p.add_argument(
         "--cluster",
-        choices=["slurm", "apptainer"],
-        help="print a ready job script pinned to the published image's digest",
+        choices=["slurm", "apptainer", "kuberay"],
+        help="print a ready job pinned to the published image's digest (sbatch script; kuberay: a RayJob)",
     )
     p.add_argument(
         "--registry", metavar="HOST[:PORT]/NAMESPACE", help="where the image was published (with --cluster)"
     )
     p.add_argument("--digest", metavar="sha256:...", help="use this digest instead of asking the registry")
+    from mtpimage.commands import cluster
+
+    cluster.add_options(p)
 
     # Stages after the plan live in their own modules; each adds its subcommands
     # and its main-job options here, so cli.py stays a thin dispatcher.
@@ -221,11 +224,13 @@ def cmd_explain(args) -> int:
     if args.model_config:
         notes += model_warnings(args.model_config)
     if args.cluster:
+        from mtpimage.commands.cluster import layout_of
         from mtpimage.outputs.jobscripts import published_job_script
 
-        print(
-            published_job_script(plan, m.root, args.target, args.cluster, args.registry, args.digest), end=""
+        job = published_job_script(
+            plan, m.root, args.target, args.cluster, args.registry, args.digest, layout_of(args)
         )
+        print(job, end="")
         return 0
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
@@ -259,6 +264,10 @@ def cmd_explain(args) -> int:
         print(f"# {line.strip()}")
     for name, p in patches:
         print(f"# patch {name}: {p.describe()} ({p.url})")
+    if "rl" in plan.targets and args.target == "rl":
+        from mtpimage.outputs.multinode import placement_note
+
+        print(f"# multi-node: {placement_note(plan)}")
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")

@@ -1,31 +1,30 @@
-"""Cluster-ready job scripts (Slurm + pyxis, Apptainer) for a published, tested image.
+"""Cluster-ready jobs (Slurm + pyxis, Apptainer, KubeRay) for a published, tested image.
 
 `job_script` is pure rendering from a digest; `published_job_script` finds that digest
-in the registry (the content tag of this plan's tested image), so the script always names
-the exact image that passed its tests.
+in the registry (the content tag of this plan's tested image), so the job always names
+the exact image that passed its tests. One node: a plain sbatch script; several nodes: Ray
+across nodes (outputs/multinode.py); `kuberay`: a RayJob (outputs/rayjob.py).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from importlib import resources
 from pathlib import Path
 
 import jinja2
 
 from mtpimage.errors import InputError
+from mtpimage.outputs import multinode, rayjob
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
 from mtpimage.publish.imageref import ImageRef, Registry
 
-FORMATS = ("slurm", "apptainer")
+FORMATS = ("slurm", "apptainer", "kuberay")
+_TEMPLATES = ("slurm.sh.j2", "apptainer.sh.j2", "multinode.sbatch.j2", "ray_node.sh.j2", "ray_wait.py.j2")
 
 
 def _env() -> jinja2.Environment:
-    text = {
-        name: resources.files("mtpimage.templates").joinpath("cluster", f"{name}.sh.j2").read_text()
-        for name in FORMATS
-    }
+    text = {name: multinode.template_text(name) for name in _TEMPLATES}
     env = jinja2.Environment(
         loader=jinja2.DictLoader(text),
         undefined=jinja2.StrictUndefined,
@@ -33,6 +32,8 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        comment_start_string="{##",  # bash's ${#ARRAY[@]} is not a comment
+        comment_end_string="##}",
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
     return env
@@ -53,9 +54,80 @@ def prerequisites(plan: Plan) -> list[str]:
     return out
 
 
-def job_script(plan: Plan, target: str, cluster: str, registry_host: str, repo_path: str, digest: str) -> str:
-    entry = verl_facts()["entrypoint"][target]
+def command_line(plan: Plan, target: str, cluster: str, layout: multinode.Layout) -> str:
+    """The explain command that writes this job (for the job's header)."""
+    words = [
+        "python",
+        "build.py",
+        "explain",
+        "--profile",
+        plan.profile,
+        "--target",
+        target,
+        "--cluster",
+        cluster,
+    ]
+    if layout.nodes > 1 or cluster == "kuberay":
+        words += ["--nodes", str(layout.nodes), "--gpus-per-node", str(layout.gpus_per_node)]
+    if layout.rollout_nodes:
+        words += ["--rollout-nodes", str(layout.rollout_nodes)]
+    return shlex.join(words)
+
+
+def _sif(plan: Plan, digest: str) -> str:
+    return f"{IMAGE_REPOSITORY}-{plan.profile}-{digest.split(':')[1][:12]}.sif"
+
+
+def multinode_script(plan: Plan, target: str, cluster: str, image: ImageRef, layout: multinode.Layout) -> str:
+    """The sbatch script that runs Ray across `layout.nodes` nodes, then verl's trainer."""
+    entry, args = multinode.trainer_command(plan, target, layout)
+    facts = multinode.facts()
+    ctx = {
+        "profile": plan.profile,
+        "mode": plan.mode,
+        "target": target,
+        "runtime": multinode.RUNTIMES[cluster],
+        "command": command_line(plan, target, cluster, layout),
+        "placement": multinode.placement_note(plan),
+        "prerequisites": prerequisites(plan),
+        "pyxis_image": image.pyxis,
+        "docker_uri": image.docker_uri,
+        "sif": _sif(plan, image.digest or ""),
+        "nodes": layout.nodes,
+        "gpus_per_node": layout.gpus_per_node,
+        "mounts": ",".join(layout.mounts) or "$PWD:/workspace",
+        "ray_port": facts["ray"]["port"],
+        "ray_interface": layout.ray_interface,
+        "join_timeout_s": layout.join_timeout_s,
+        "network_env": layout.network_env,
+        "entrypoint": entry,
+        "trainer_args": args,
+    }
+    return _env().get_template("multinode.sbatch.j2").render(**ctx)
+
+
+def job_script(
+    plan: Plan,
+    target: str,
+    cluster: str,
+    registry_host: str,
+    repo_path: str,
+    digest: str,
+    layout: multinode.Layout | None = None,
+) -> str:
+    layout = layout or multinode.Layout()
     image = ImageRef(registry_host, repo_path, digest=digest)
+    if cluster == "kuberay" or layout.nodes > 1:
+        multinode.check(plan, target, layout)
+        if cluster == "kuberay":
+            command = command_line(plan, target, cluster, layout)
+            return rayjob.rayjob_yaml(plan, target, image, layout, command, prerequisites(plan))
+        return multinode_script(plan, target, cluster, image, layout)
+    if layout.rollout_nodes:
+        raise InputError(
+            "--rollout-nodes", str(layout.rollout_nodes), "a split needs --nodes 2 or more", "add --nodes N"
+        )
+    entry = verl_facts()["entrypoint"][target]
     ctx = {
         "profile": plan.profile,
         "mode": plan.mode,
@@ -65,13 +137,19 @@ def job_script(plan: Plan, target: str, cluster: str, registry_host: str, repo_p
         "prerequisites": prerequisites(plan),
         "pyxis_image": image.pyxis,
         "docker_uri": image.docker_uri,
-        "sif": f"{IMAGE_REPOSITORY}-{plan.profile}-{digest.split(':')[1][:12]}.sif",
+        "sif": _sif(plan, digest),
     }
-    return _env().get_template(cluster).render(**ctx)
+    return _env().get_template(f"{cluster}.sh.j2").render(**ctx)
 
 
 def published_job_script(
-    plan: Plan, manifests_root: Path, target: str, cluster: str, registry: str, digest: str | None = None
+    plan: Plan,
+    manifests_root: Path,
+    target: str,
+    cluster: str,
+    registry: str,
+    digest: str | None = None,
+    layout: multinode.Layout | None = None,
 ) -> str:
     """The job script, pinned to the digest of this plan's tested image in `registry`
     (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then)."""
@@ -99,4 +177,4 @@ def published_job_script(
                 f"{reg.ref(IMAGE_REPOSITORY, identity)} is not published",
                 f"run python build.py --profile {plan.profile} --push --registry {registry}",
             )
-    return job_script(plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest)
+    return job_script(plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout)

@@ -1,0 +1,59 @@
+"""`explain --cluster` options of a multi-node job (node counts, mounts, network), parsed into
+an outputs.multinode.Layout. Parsing only; the job itself is outputs/jobscripts.py's.
+
+  python build.py explain --profile P --target rl --cluster slurm|apptainer|kuberay \\
+      --registry HOST/NS --nodes N [--rollout-nodes M] [--gpus-per-node G] [--mount SRC:DST ...] \\
+      [--ray-interface IF] [--nccl-socket-ifname IF] [--gloo-socket-ifname IF] [--ib-hca HCAS]
+"""
+
+from __future__ import annotations
+
+from mtpimage.outputs.multinode import Layout
+
+
+def add_options(p) -> None:
+    g = p.add_argument_group("multi-node jobs (with --cluster)")
+    g.add_argument(
+        "--nodes", type=int, default=1, help="nodes of the job; 2 or more: Ray across nodes (default 1)"
+    )
+    g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    g.add_argument(
+        "--rollout-nodes",
+        type=int,
+        default=0,
+        help="run rollout on M separate nodes (verl's fully-async trainer); the other nodes train",
+    )
+    g.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="SRC:DST",
+        help="bind a host path into the container on every node (repeatable; default $PWD:/workspace)",
+    )
+    g.add_argument(
+        "--ray-interface", default="", metavar="IF", help="network interface Ray binds to (its IPv4 address)"
+    )
+    g.add_argument("--nccl-socket-ifname", default="", metavar="IF", help="NCCL_SOCKET_IFNAME for the job")
+    g.add_argument("--gloo-socket-ifname", default="", metavar="IF", help="GLOO_SOCKET_IFNAME for the job")
+    g.add_argument("--ib-hca", default="", metavar="HCAS", help="NCCL_IB_HCA, e.g. mlx5_0,mlx5_1")
+    g.add_argument(
+        "--join-timeout",
+        type=int,
+        default=600,
+        metavar="S",
+        help="seconds to wait for every node to join Ray (default 600)",
+    )
+
+
+def layout_of(args) -> Layout:
+    return Layout(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        rollout_nodes=args.rollout_nodes,
+        mounts=tuple(args.mount),
+        ray_interface=args.ray_interface,
+        nccl_socket_ifname=args.nccl_socket_ifname,
+        gloo_socket_ifname=args.gloo_socket_ifname,
+        ib_hca=args.ib_hca,
+        join_timeout_s=args.join_timeout,
+    )
