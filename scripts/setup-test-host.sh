@@ -32,6 +32,8 @@ WAIT_S=${MTP_TEST_WAIT_S:-60}
 # without any network access.
 BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,git,ca-certificates
 APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables buildah)
+# The multi-node job tests (#27): a real Slurm controller (munge authenticates it) and shellcheck.
+APT_PACKAGES+=(slurmctld slurm-client munge shellcheck)
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -155,6 +157,17 @@ EOF
         die "registry did not answer GET http://$REGISTRY/v2/ within ${WAIT_S}s"
     fi
     log "registry up in $(elapsed "$t")s (pid $(cat "$STATE_DIR/registry.pid"))"
+fi
+
+# --------------------------------------------------------------------------- munged
+# Slurm's authentication daemon, for the tests' own slurmctld (tests/e2e/test_multinode_slurm.py).
+if munge -n > /dev/null 2>&1; then
+    log "munged already answering"
+else
+    install -d -o munge -g munge -m 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged || die "munged did not start (key: /etc/munge/munge.key)"
+    wait_for "$WAIT_S" munged munge -n || die "munged did not answer within ${WAIT_S}s"
+    log "munged up"
 fi
 
 # --------------------------------------------------------------------------- 4. base image
