@@ -1,8 +1,13 @@
-"""`ci` (generate / check the GitHub Actions workflows), `diff` (two version vectors) and
-`summary` (the image workflow's job summary). See mtpimage/commands/__init__.py.
+"""`ci` (generate / check the GitHub Actions workflows), `diff` (two version vectors), and
+the image workflow's own steps: `stack` (the shared stack, built once), `disk` (the free disk
+a job needs), `published` (a pushed image's digest, for signing) and `summary` (the job
+summary). See mtpimage/commands/__init__.py.
 
   python build.py ci [--registry HOST[:PORT]/NAMESPACE] [--check]
   python build.py diff A B [--set C.F=V ...] [--set-a C.F=V ...] [--json] [--exit-code]
+  python build.py stack [--profile NAME ...] [--push --registry REG] [--cache-from-args]
+  python build.py disk --need-gb N --job NAME [--path PATH ...]
+  python build.py published --profile NAME --registry REG
   python build.py summary --profile NAME FILE
 """
 
@@ -77,11 +82,19 @@ def register(subparsers, add_common) -> None:
     )
     p.set_defaults(func=cmd_diff)
 
+    _register_jobs(subparsers, add_common)
+
     p = subparsers.add_parser(
         "summary", help="markdown job summary of one image build (used by the image workflow)"
     )
     p.add_argument("--profile", required=True)
-    p.add_argument("file", type=Path, help="the JSON written by `build.py --summary-file`")
+    p.add_argument("file", type=Path, nargs="?", help="the JSON written by `build.py --summary-file`")
+    p.add_argument(
+        "--verify", metavar="REG/mtp-verl@sha256:...", help="instead: how to verify this signed image"
+    )
+    p.add_argument(
+        "--signed-by", metavar="OWNER/REPO", help="with --verify: the repository whose workflow signed it"
+    )
     p.set_defaults(func=cmd_summary)
 
 
@@ -157,9 +170,162 @@ def cmd_diff(args) -> int:
     return EXIT_RULES if (changes and args.exit_code) else 0
 
 
+# -- the image workflow's steps: stack, disk, published -------------------------------------
+def _register_jobs(subparsers, add_common) -> None:
+    p = subparsers.add_parser(
+        "stack",
+        help="build the layers below the mode layer once for the given profiles (the workflow's stack job)",
+        description="Build each distinct shared stack (every layer below the mode layer; profiles "
+        "with equal pins share one) with its BuildKit cache inside the image, and with --push "
+        "push it as REG/mtp-verl:stack-<key>. A stack already there is not built again. "
+        "--cache-from-args prints, one per line, the main job's options that take a profile's "
+        "layers from its pushed stack, and builds nothing.",
+    )
+    add_common(p)
+    p.add_argument(
+        "--profile",
+        action="append",
+        dest="profiles",
+        metavar="NAME",
+        help="repeatable; default: every image profile",
+    )
+    p.add_argument("--push", action="store_true", help="push the stack (needs --registry)")
+    p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE")
+    p.add_argument(
+        "--cache-from-args",
+        action="store_true",
+        help="print the main job's --cache-from options for this profile's stack",
+    )
+    for flag, kind, text in (
+        ("--ca-bundle", Path, "CA bundle for HTTPS inside the build (a BuildKit secret)"),
+        ("--netrc", Path, "netrc with index tokens (a BuildKit secret)"),
+        ("--builder", str, "buildx builder to build on"),
+        ("--progress", str, "BuildKit progress output: auto, plain or tty"),
+    ):
+        p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--cache-from", action="append", metavar="SPEC", help="another BuildKit cache source")
+    p.set_defaults(func=cmd_stack, no_cache=False)
+
+    p = subparsers.add_parser(
+        "disk", help="stop with one line when the disk cannot hold what a CI job will write"
+    )
+    p.add_argument(
+        "--need-gb", type=float, required=True, help="free GB the job needs (mtpimage/data/ci.yaml)"
+    )
+    p.add_argument("--job", required=True, help="the job's name, for the message")
+    p.add_argument(
+        "--path",
+        type=Path,
+        action="append",
+        dest="paths",
+        help="where it writes (repeatable; default: dockerd's data root and the tool's cache)",
+    )
+    p.set_defaults(func=cmd_disk)
+
+    p = subparsers.add_parser(
+        "published",
+        help="name, digest and SBOM of a profile's tested image in a registry, as KEY=VALUE lines",
+    )
+    add_common(p)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
+    p.set_defaults(func=cmd_published)
+
+
+def _registry(value: str, flag: str = "--registry"):
+    from mtpimage.publish.imageref import Registry
+
+    return Registry.parse(value)
+
+
+def cmd_stack(args) -> int:
+    from mtpimage.build import stack, stackjob
+    from mtpimage.build.render import render
+    from mtpimage.commands.image import build_options
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+
+    if args.push and not args.registry:
+        raise InputError(
+            "--push", None, "--push needs --registry", "use --push --registry HOST[:PORT]/NAMESPACE"
+        )
+    if args.progress not in (None, "auto", "plain", "tty"):
+        raise InputError("--progress", args.progress, "expected auto, plain or tty", "drop it or use plain")
+    m = load_for(args)
+    names = args.profiles or m.names()
+    rendered = [
+        render(plan_for(m, n, getattr(args, "sets", None), **substitutions_of(args)), m.root) for n in names
+    ]
+    registry = _registry(args.registry) if args.registry else None
+    if args.cache_from_args:
+        if registry is None or len(rendered) != 1:
+            raise InputError(
+                "--cache-from-args",
+                None,
+                "needs one --profile and --registry",
+                "use stack --cache-from-args --profile NAME --registry HOST[:PORT]/NAMESPACE",
+            )
+        for spec in stack.cache_sources(registry, rendered[0]):
+            print(f"--cache-from\n{spec}")
+        return 0
+    stackjob.run(rendered, build_options(args), registry if args.push else None, say=_say)
+    return 0
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_disk(args) -> int:
+    from mtpimage import settings
+    from mtpimage.build import diskcheck
+
+    paths = args.paths or [diskcheck.DOCKER_ROOT, settings.current().cache_root]
+    diskcheck.check(args.need_gb, paths, args.job, say=_say)
+    return 0
+
+
+def cmd_published(args) -> int:
+    """KEY=VALUE lines for $GITHUB_OUTPUT: `name` (REG/mtp-verl), `digest` of the profile's
+    content tag (pushed only after its checks passed) and `sbom` (its SBOM artifact, REF@DIGEST)."""
+    from mtpimage.build.render import render
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.plan.model import IMAGE_REPOSITORY
+    from mtpimage.publish import sbomattach
+    from mtpimage.publish.registryclient import RegistryClient
+
+    m = load_for(args)
+    rendered = render(
+        plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args)), m.root
+    )
+    reg = _registry(args.registry)
+    client = RegistryClient(reg)
+    digest = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity)
+    if digest is None:
+        print(
+            f"error: {reg.ref(IMAGE_REPOSITORY, rendered.identity)} is not in the registry "
+            f"(fix: run the profile's publish job first: python build.py --profile {args.profile} "
+            f"--push --registry {reg})",
+            file=sys.stderr,
+        )
+        return EXIT_RULES
+    name = reg.ref(IMAGE_REPOSITORY, rendered.identity).rsplit(":", 1)[0]
+    print(f"name={name}\ndigest={digest}")
+    sbom = sbomattach.attached(client, IMAGE_REPOSITORY, digest)
+    if sbom:
+        print(f"sbom={name}@{sbom}")
+    return 0
+
+
 # -- summary ---------------------------------------------------------------------------------
 def cmd_summary(args) -> int:
     """Never fails the job: a missing or bad file is reported in the summary itself."""
+    if args.verify:
+        if not args.signed_by or "/" not in args.signed_by:
+            raise InputError("--signed-by", args.signed_by, "expected OWNER/REPO", "pass $GITHUB_REPOSITORY")
+        sys.stdout.write(workflow.verify_summary(args.profile, args.verify, args.signed_by))
+        return 0
+    if args.file is None:
+        raise InputError("summary", None, "needs FILE (or --verify)", "pass the --summary-file JSON")
     data, problem = None, None
     try:
         data = json.loads(args.file.read_text())

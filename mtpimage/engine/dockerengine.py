@@ -224,18 +224,42 @@ def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
         argv += ["--network", req.network]
     if req.no_cache:
         argv += ["--no-cache"]
-    if req.cache_to and kit.mode != "buildx":
-        raise InputError(
-            "--cache-to",
-            req.cache_to[0],
-            "exporting a build cache needs docker buildx",
-            "install the buildx plugin or drop --cache-to",
-        )
+    return argv + cache_argv(kit, req) + ["-"]
+
+
+def cache_argv(kit: BuildKitCLI, req: BuildRequest) -> list[str]:
+    """--cache-from/--cache-to in the CLI's own terms. buildx takes BuildKit's specs as they
+    are. The built-in client (Debian's CLI 20.10) takes image references only (it reads
+    `type=registry,ref=R` as two references and fails both) and exports only the inline
+    cache, asked for with a build argument; any other export is refused."""
+    if kit.mode == "buildx":
+        return [a for spec in req.cache_from for a in ("--cache-from", spec)] + [
+            a for spec in req.cache_to for a in ("--cache-to", spec)
+        ]
+    argv = []
     for spec in req.cache_from:
-        argv += ["--cache-from", spec]
+        fields = dict(f.split("=", 1) for f in spec.split(",") if "=" in f)
+        if "=" not in spec:
+            argv += ["--cache-from", spec]
+        elif fields.get("type") == "registry" and fields.get("ref"):
+            argv += ["--cache-from", fields["ref"]]
+        else:
+            raise InputError(
+                "--cache-from",
+                spec,
+                "this docker CLI (no buildx) imports only registry caches",
+                "use type=registry,ref=REF or an image reference, or install the buildx plugin",
+            )
     for spec in req.cache_to:
-        argv += ["--cache-to", spec]
-    return argv + ["-"]
+        if spec != "type=inline":
+            raise InputError(
+                "--cache-to",
+                spec,
+                "this docker CLI (no buildx) exports only the inline cache",
+                "use --cache-to type=inline, or install the buildx plugin",
+            )
+        argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    return argv
 
 
 def _stream_build(

@@ -7,12 +7,12 @@ actions pinned by commit SHA (actions.yaml there). The output is a pure function
 profile names, the templates, the pins and the registry: no clock, no host facts, so an
 unchanged repository regenerates byte-identical files and `ci --check` can compare.
 
-The image workflow runs the main job with these options of the image stage:
-  --profile NAME --push --registry HOST[:PORT]/NAMESPACE --builder NAME   (exist)
-  --cache-from SPEC / --cache-to SPEC   passed verbatim to `docker buildx build` (requested)
-  --summary-file PATH                   JSON written after the last step (requested; keys
-                                        read by render_summary below)
-tests/unit/test_workflow.py checks each option against the CLI parser.
+The image workflow's jobs (their runners, time limits and measured disk needs are data:
+mtpimage/data/ci.yaml): `stack` (build.py stack: the shared layers once), `publish` per
+profile (the main job with --push --registry, --cache-from its pushed stack and
+--summary-file), `sign` per profile (build.py published, attestation, cosign), and for pull
+requests `test` (every profile in turn, no push). tests/unit/test_workflow.py checks each
+option against the CLI parser; tests/e2e/test_workflow_rehearsal.py runs the run steps.
 """
 
 from __future__ import annotations
@@ -36,9 +36,15 @@ TESTS_WORKFLOW = ".github/workflows/tests.yml"
 
 # OWNER ("{owner}") is replaced at run time by the lower-cased repository owner.
 DEFAULT_REGISTRY = f"ghcr.io/{OWNER}"
-RUNNER = "ubuntu-24.04"
 RUNNER_PYTHON = "3.12"
-TIMEOUT_MINUTES = 240
+WHEEL_REPOSITORY = "mtp-ext-wheels"  # REG/mtp-ext-wheels:<key>: the extension wheels' share
+# Run steps that only make sense on a GitHub runner; the rehearsal leaves out these (and
+# every `uses:` step) and runs every other run step, in order.
+RUNNER_ONLY_STEPS = {
+    "free-disk": "deletes the runner's preinstalled SDKs and prunes every docker image",
+    "cosign-sign": "keyless signing needs the workflow's OIDC token and Sigstore",
+}
+OIDC_ISSUER = "https://token.actions.githubusercontent.com"
 # Preinstalled SDKs on GitHub's Ubuntu runners that a CUDA image build does not need (~30 GB).
 CLEANUP_PATHS = (
     "/usr/share/dotnet",
@@ -106,6 +112,13 @@ def load_actions(path: Path | None = None) -> dict[str, dict]:
     return out
 
 
+def ci_settings() -> dict:
+    """mtpimage/data/ci.yaml: the jobs' time limits and disk needs, the runners."""
+    from importlib import resources
+
+    return yaml.safe_load(resources.files("mtpimage.data").joinpath("ci.yaml").read_text())
+
+
 def image_profiles(m: Manifests) -> list[dict]:
     """One entry per image: each non-abstract profile, in name order. (The profile name is
     part of the Plan and so of the image identity: no two profiles share an image.) Each
@@ -142,6 +155,7 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
     if isinstance(registry, str):
         registry = parse_registry(registry)
     actions = load_actions()
+    ci = ci_settings()
     publish_refs = "(github.ref == 'refs/heads/main' || startsWith(github.ref, 'refs/tags/'))"
     context = {
         "regenerate": regenerate_command(registry),
@@ -153,9 +167,11 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
         "repository": IMAGE_REPOSITORY,
         "profiles": image_profiles(m),
         "actions": actions,
-        "runner": RUNNER,
+        "runner": ci["runner"],
+        "stack_runner_default": ci["stack_runner_default"],
+        "jobs": ci["jobs"],
+        "wheel_repository": WHEEL_REPOSITORY,
         "python_version": RUNNER_PYTHON,
-        "timeout_minutes": TIMEOUT_MINUTES,
         "cleanup_paths": CLEANUP_PATHS,
         "paths": TRIGGER_PATHS,
         "publish_if": f"github.event_name == 'push' || (github.event_name == 'workflow_dispatch' && {publish_refs})",
@@ -252,3 +268,25 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
         rows.append(("pushed", "no (pull request: build and test only)"))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(lines) + "\n"
+
+
+def verify_summary(profile: str, image: str, repository: str) -> str:
+    """Markdown for the sign job: how to check the signature and provenance of `image`
+    (REG/mtp-verl@sha256:...) before pulling it."""
+    identity = f"^https://github.com/{repository}/.github/workflows/images.yml@"
+    owner = repository.split("/", 1)[0]
+    return "\n".join(
+        [
+            f"### {profile}: signed",
+            "",
+            "Verify before pulling:",
+            "",
+            "```bash",
+            f"cosign verify {image} \\",
+            f"  --certificate-identity-regexp '{identity}' \\",
+            f"  --certificate-oidc-issuer {OIDC_ISSUER}",
+            f"gh attestation verify oci://{image} --owner {owner}",
+            "```",
+            "",
+        ]
+    )
