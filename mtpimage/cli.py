@@ -320,7 +320,10 @@ def invoke(argv: list[str] | None = None) -> tuple[int, object]:
     args = parser.parse_args(argv)
     handler = getattr(args, "func", None) or COMMANDS.get(args.command, cmd_main)
     try:
-        out = handler(args)
+        from mtpimage import engine
+
+        with engine.using(getattr(args, "engine", None)):
+            out = handler(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return (out, None) if isinstance(out, int) else (out.exit_code, out)
     except BrokenPipeError as exc:

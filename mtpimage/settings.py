@@ -53,6 +53,7 @@ VARIABLES = (
     Variable("MTP_NET_BACKOFF_MAX", "8", "longest wait between attempts, seconds (waits grow exponentially from 0.5 s)"),
     Variable("MTP_HTTP_TIMEOUT", "20", "one HTTP request, seconds"),
     Variable("MTP_GIT_TIMEOUT", "300", "one git call, seconds"),
+    Variable("MTP_ENGINE", "docker", "the engine that builds: `docker` (BuildKit) or `buildah` (bit-for-bit reproducible; see \"Reproducible builds\"); flag: `--engine`, `--reproducible`"),
     Variable("MTP_DOCKER_CLI", "", "the docker CLI to use (default: the first of PATH's docker, /usr/bin/docker, /usr/local/bin/docker that works)"),
     Variable("MTP_DOCKER_BUILDKIT_CLI", "", "the older name of MTP_DOCKER_CLI, read when that is unset (scripts/setup-test-host.sh writes it)"),
     Variable("MTP_EXT_MAX_JOBS", "", "parallel compile jobs of the compiled extensions' builder stages (default: the profile's `build.max_jobs`); not in the wheel key"),
@@ -138,6 +139,10 @@ class Settings:
     @property
     def docker_cli(self) -> str:
         return self.get("MTP_DOCKER_CLI") or self.get("MTP_DOCKER_BUILDKIT_CLI")
+
+    @property
+    def engine(self) -> str:
+        return self.get("MTP_ENGINE") or "docker"
 
     @property
     def ext_max_jobs(self) -> int | None:

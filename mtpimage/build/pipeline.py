@@ -146,17 +146,33 @@ def base_preflight(plan: Plan) -> None:
 def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
     """BuildKit build of the rendered context with its sources; returns the untagged image id.
     A size budget the image exceeds fails here, before any tag."""
+    eng = engine.current()
+    if eng.name == "docker":  # buildah pulls the base by its digest into a clean builder
+        base_preflight(plan)
+    t0 = time.monotonic()
+    req = build_request(plan, rendered, options, say)
+    say(f"build   {rendered.identity} with {eng.describe()}")
+    image_id = eng.build(req)
+    say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
+    sizes.after_build(plan, image_id, say)
+    return image_id
+
+
+def build_request(
+    plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say, labels: dict | None = None
+) -> engine.BuildRequest:
+    """The image's build: its context (sources, patches, the compiled extensions' wheels)
+    and labels (identity_labels, or `labels` given instead: verify takes the published
+    image's provenance labels); the same for every engine and for verify's rebuild."""
     from mtpimage.build.buildctx import build_context
 
-    base_preflight(plan)
-    t0 = time.monotonic()
     wheels = extension_wheels(plan, rendered, options, say)
-    context = build_context(rendered, progress=say, wheels=wheels)
-    eng = engine.current()
-    say(f"build   {rendered.identity} with {eng.describe()}")
-    req = engine.BuildRequest(
-        context_tar=context,
-        labels={**identity_labels(rendered.identity), **extension_labels(wheels)},
+    return engine.BuildRequest(
+        context_tar=build_context(rendered, progress=say, wheels=wheels),
+        labels={
+            **(identity_labels(rendered.identity) if labels is None else labels),
+            **extension_labels(wheels),
+        },
         ca_bundle=options.ca_bundle,
         netrc=options.netrc,
         builder=options.builder,
@@ -165,10 +181,6 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
         cache_from=options.cache_from,
         cache_to=options.cache_to,
     )
-    image_id = eng.build(req)
-    say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
-    sizes.after_build(plan, image_id, say)
-    return image_id
 
 
 def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:

@@ -154,6 +154,21 @@ def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
         help="BuildKit progress output (default: tty on a terminal, else plain)",
     )
     p.add_argument(
+        "--engine",
+        default=d,
+        choices=["docker", "buildah"],
+        help="what builds: docker (BuildKit, the default) or buildah (bit-for-bit reproducible; "
+        "default: $MTP_ENGINE, else docker)",
+    )
+    p.add_argument(
+        "--reproducible",
+        dest="engine",
+        action="store_const",
+        const="buildah",
+        default=d,
+        help="the same as --engine buildah",
+    )
+    p.add_argument(
         "--no-cache",
         action="store_true",
         default=d if not main else False,
@@ -204,6 +219,7 @@ def register(subparsers, add_common) -> None:
         builder=None,
         progress=None,
         no_cache=False,
+        engine=None,
     )
 
 

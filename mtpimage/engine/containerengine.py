@@ -89,6 +89,8 @@ class ContainerEngine(ABC):
     "not reachable" error (an EnvironmentProblem, exit 3) from every call: "no such image"
     must never be concluded from an engine that is not there."""
 
+    name = "docker"  # engine.ENGINES: what --engine calls it
+
     # -- build
     @abstractmethod
     def describe(self) -> str:
@@ -97,6 +99,13 @@ class ContainerEngine(ABC):
     @abstractmethod
     def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
         """Build the context tar; return the image ID, untagged ("" with req.output_dir)."""
+
+    def build_layout(self, req: BuildRequest, dest: Path, log_path: Path | None = None, echo: bool = True):
+        """Build on a clean builder into a normalised OCI layout at `dest` (engine/ocilayout.py)
+        and return it: only an engine that builds bit for bit can (verify's rebuild)."""
+        raise EnvironmentProblem(
+            f"the {self.name} engine cannot build bit for bit here (fix: use --engine buildah)"
+        )
 
     # -- images
     @abstractmethod

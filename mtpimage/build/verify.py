@@ -1,0 +1,247 @@
+"""`verify`: is a published image bit for bit what this lock builds?
+
+    published image (registry) --manifest, config--> plan match? --no--> PlanMismatch (exit 1)
+    plan --render, clean rebuild (engine.reproducible())--> normalised OCI layout
+    compare: every layer (diff ID and manifest digest), the config, the manifest
+
+One line per layer; for a layer that differs, the files that differ and why (`explain`).
+The rebuild takes the published image's provenance labels (PROVENANCE: who built it, from
+which checkout of this tool, when) so that a site can verify an image built elsewhere; every
+other byte must come out the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtpimage import engine
+from mtpimage.build.pipeline import BuildOptions, build_request
+from mtpimage.build.render import render
+from mtpimage.engine import ocilayout
+from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem, InputError
+from mtpimage.outputs.versionvector import LABEL_NS
+from mtpimage.plan.model import Plan
+from mtpimage.publish.imageref import ImageRef, Registry
+from mtpimage.publish.registryclient import RegistryClient
+
+Say = Callable[[str], None]
+PROVENANCE = (
+    "org.opencontainers.image.source",
+    "org.opencontainers.image.url",
+    "org.opencontainers.image.documentation",
+    "org.opencontainers.image.revision",
+    "org.opencontainers.image.created",
+)
+MAX_CONFIG = 16 << 20
+MAX_FILES = 8  # files named per differing layer
+
+
+class NotIdentical(BuilderError):
+    exit_code = EXIT_RULES
+
+
+class PlanMismatch(BuilderError):
+    exit_code = EXIT_RULES
+
+
+@dataclass
+class LayerResult:
+    index: int
+    instruction: str
+    published: str  # the layer's diff ID in the image
+    rebuilt: str | None  # None: the rebuild has fewer layers
+    files: list[tuple[str, str, str]] = field(default_factory=list)  # (path, what, why)
+
+    @property
+    def same(self) -> bool:
+        return self.published == self.rebuilt
+
+
+@dataclass
+class Report:
+    image: str
+    published_digest: str
+    rebuilt_digest: str
+    config_same: bool
+    layers: list[LayerResult]
+    extra_layers: int  # layers only the rebuild has
+
+    @property
+    def ok(self) -> bool:
+        return self.published_digest == self.rebuilt_digest
+
+
+# ----------------------------------------------------------------------------- why a file differs
+def why(path: str, what: str, layer: str) -> str:
+    """The likely reason a file of a layer differs between the image and its rebuild."""
+    name = path.rsplit("/", 1)[-1]
+    if what.startswith("only in"):
+        return "added or removed after the build, or written by a step that is not deterministic"
+    if name.endswith(".pyc"):
+        return "Python bytecode with the source's timestamp (compiled at import time in the build)"
+    if re.search(r"\.so(\.|$)", name) and "extensions" in layer:
+        return (
+            "compiled code: the extension wheel was built again, not taken by sha256 (fix: wheels pull KEY)"
+        )
+    if path.startswith(("var/log/", "var/lib/apt/", "var/cache/")) or name == "aux-cache":
+        return "OS package manager state written at build time"
+    if what == "mtime":
+        return "file time only"
+    return "content not made by building this lock (changed after the build, or another input)"
+
+
+def explain(published_tar, rebuilt_tar, layer: str) -> list[tuple[str, str, str]]:
+    a = ocilayout.members(published_tar)
+    b = ocilayout.members(rebuilt_tar)
+    return [(path, what, why(path, what, layer)) for path, what in ocilayout.differences(a, b)]
+
+
+def instructions(config: dict) -> list[str]:
+    """A short name per layer from the config's history (base layers: `base`)."""
+    out = []
+    for entry in config.get("history", []):
+        if entry.get("empty_layer"):
+            continue
+        text = entry.get("created_by", "")
+        text = re.sub(r"^\|\d+ (\S+=\S* )*", "", text)
+        text = re.sub(r"/bin/(ba)?sh (-o pipefail )?-\w*c |#\(nop\) |--mount=\S+\s*|# buildkit", "", text)
+        out.append(" ".join(text.split())[:72] or "base")
+    return out
+
+
+# ----------------------------------------------------------------------------- the steps
+def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, dict, dict]:
+    """(manifest digest, manifest, config) of the image in its registry."""
+    got = client.manifest(ref.path, ref.digest or ref.tag or "latest")
+    if got is None:
+        raise InputError(
+            "--image", str(ref), "no such image in its registry", "check the reference and digest"
+        )
+    body, digest = got
+    if ref.digest and digest != ref.digest:
+        raise EnvironmentProblem(f"registry {ref.host} served {digest} for {ref} (fix: use another registry)")
+    manifest = json.loads(body)
+    if "layers" not in manifest:
+        raise InputError(
+            "--image",
+            str(ref),
+            "names an image index, not one image",
+            "give the digest of the linux/amd64 image",
+        )
+    with open(tmp / "config", "w+b") as f:
+        got_digest, size = client.fetch_blob(ref.path, manifest["config"]["digest"], f, MAX_CONFIG)
+        if got_digest != manifest["config"]["digest"]:
+            raise EnvironmentProblem(f"registry {ref.host} served a config that does not match its digest")
+        f.seek(0)
+        config = json.loads(f.read())
+    return digest, manifest, config
+
+
+def check_plan(config: dict, plan: Plan, identity: str, ref: str) -> None:
+    """The image's own labels must name this plan: else nothing is rebuilt."""
+    labels = (config.get("config") or {}).get("Labels") or {}
+    theirs = labels.get(f"{LABEL_NS}.identity"), labels.get(f"{LABEL_NS}.plan-digest")
+    if theirs == (identity, plan.digest):
+        return
+    profile = labels.get(f"{LABEL_NS}.profile", "?")
+    raise PlanMismatch(
+        f"--image {ref}: built from {theirs[0] or 'no identity label'} (profile {profile}, plan "
+        f"{(theirs[1] or '?')[:12]}), but profile {plan.profile} with these manifests and lock is "
+        f"{identity} (plan {plan.digest[:12]}); nothing was rebuilt (fix: verify with the profile, "
+        "manifests and lock.yaml the image was built from, or --set the pins it names)"
+    )
+
+
+def run(
+    manifests_root: Path, plan: Plan, image: str, options: BuildOptions, say: Say, scratch: Path | None = None
+) -> Report:
+    ref = ImageRef.parse(image, flag="--image")
+    if not ref.explicit_host:
+        raise InputError("--image", image, "names no registry", "give HOST[:PORT]/NAME@sha256:...")
+    client = RegistryClient(Registry(ref.host, ""))
+    rendered = render(plan, manifests_root)
+    with tempfile.TemporaryDirectory(prefix="mtp-verify-", dir=scratch) as tmp:
+        tmpdir = Path(tmp)
+        digest, manifest, config = published(client, ref, tmpdir)
+        check_plan(config, plan, rendered.identity, str(ref))
+        say(f"verify  {ref.pinned(digest)}: rebuilding {rendered.identity} on a clean builder")
+        labels = (config.get("config") or {}).get("Labels") or {}
+        keep = {k: labels[k] for k in PROVENANCE if k in labels}
+        req = build_request(
+            plan, rendered, options, say, labels={f"{LABEL_NS}.identity": rendered.identity, **keep}
+        )
+        layout = engine.reproducible().build_layout(req, tmpdir / "rebuilt", echo=False)
+        return compare(client, ref, digest, manifest, config, layout, tmpdir)
+
+
+def compare(client, ref: ImageRef, digest: str, manifest: dict, config: dict, layout, tmp: Path) -> Report:
+    mine = layout.diff_ids
+    theirs = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    names = instructions(config)
+    rows = []
+    for i, diff_id in enumerate(theirs):
+        row = LayerResult(
+            i + 1, names[i] if i < len(names) else "?", diff_id, mine[i] if i < len(mine) else None
+        )
+        if not row.same and row.rebuilt is not None:
+            with open(tmp / "layer", "w+b") as f:
+                blob = manifest["layers"][i]["digest"]
+                client.fetch_blob(ref.path, blob, f, 1 << 40)
+                f.seek(0)
+                with open(layout.blob(layout.manifest["layers"][i]["digest"]), "rb") as g:
+                    row.files = explain(f, g, row.instruction)
+        rows.append(row)
+    config_same = manifest["config"]["digest"] == layout.image_id
+    return Report(
+        str(ref.pinned(digest)), digest, layout.digest, config_same, rows, max(0, len(mine) - len(theirs))
+    )
+
+
+# ----------------------------------------------------------------------------- output
+def lines(report: Report) -> list[str]:
+    total = len(report.layers)
+    out = []
+    for row in report.layers:
+        state = "same   " if row.same else "DIFFERS"
+        text = f"layer {row.index:>2}/{total}  {state}  {row.published[:19]}"
+        if not row.same:
+            text += f" != {(row.rebuilt or 'missing')[:19]}"
+        out.append(f"{text}  {row.instruction}")
+        for path, what, reason in row.files[:MAX_FILES]:
+            out.append(f"    {path}: {what}: {reason}")
+        if len(row.files) > MAX_FILES:
+            out.append(f"    ... {len(row.files) - MAX_FILES} more files")
+    if report.extra_layers:
+        out.append(
+            f"layer  +{report.extra_layers}  DIFFERS  the rebuild has {report.extra_layers} more layers"
+        )
+    out.append(f"config         {'same   ' if report.config_same else 'DIFFERS'}")
+    state = "same   " if report.ok else "DIFFERS"
+    out.append(f"manifest       {state}  {report.published_digest}  rebuilt {report.rebuilt_digest}")
+    return out
+
+
+def verdict(report: Report) -> None:
+    """Raise NotIdentical with the one line that says what differs."""
+    if report.ok:
+        return
+    bad = [r for r in report.layers if not r.same]
+    if bad:
+        first = bad[0]
+        files = ", ".join(f"{p} ({w})" for p, w, _ in first.files[:3]) or "layer missing from the rebuild"
+        what = f"{len(bad)} of {len(report.layers)} layers differ; first: layer {first.index} ({first.instruction[:40]}): {files}"
+    elif report.extra_layers:
+        what = f"the rebuild has {report.extra_layers} more layers"
+    elif not report.config_same:
+        what = "every layer is the same but the config differs (labels, environment or history)"
+    else:
+        what = "every layer and the config are the same but the manifest differs (compressed layers: not pushed by the reproducible engine)"
+    raise NotIdentical(
+        f"--image {report.image} is not bit for bit what this lock builds: {what} (fix: it was changed "
+        "after the build or built from other inputs; rebuild and push it with --engine buildah)"
+    )

@@ -1,0 +1,52 @@
+"""`verify`: rebuild a published image's plan on a clean builder and compare, layer by layer.
+
+  python build.py verify --profile NAME --image HOST[:PORT]/NS/mtp-verl@sha256:...
+
+One line per layer, then the config and the manifest; exit 0 only when the image is bit
+for bit what the lock builds, 1 when it is not (or names another plan), with one error line.
+The comparison is build/verify.py's; the rebuild is the reproducible engine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_verify(args) -> int:
+    from mtpimage.build import verify
+    from mtpimage.commands.image import build_options
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+
+    m = load_for(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+
+    def progress(msg: str) -> None:  # the rebuild's own progress goes to stderr
+        print(msg, file=sys.stderr, flush=True)
+
+    report = verify.run(m.root, plan, args.image, build_options(args), progress)
+    for line in verify.lines(report):
+        _say(line)
+    verify.verdict(report)
+    _say(f"identical: {report.image} is bit for bit what {plan.profile} builds from this lock")
+    return 0
+
+
+def register(subparsers, add_common) -> None:
+    p = subparsers.add_parser(
+        "verify",
+        help="rebuild a published image's plan on a clean builder and compare it layer by layer",
+    )
+    add_common(p)
+    p.add_argument("--profile", required=True)
+    p.add_argument(
+        "--image", required=True, metavar="HOST[:PORT]/NAME@sha256:...", help="the published image"
+    )
+    p.add_argument("--ca-bundle", type=Path, metavar="PATH", help="CA bundle for HTTPS inside the rebuild")
+    p.add_argument("--netrc", type=Path, metavar="PATH", help="netrc with index tokens for the rebuild")
+    p.set_defaults(func=cmd_verify, progress=argparse.SUPPRESS)

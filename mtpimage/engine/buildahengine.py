@@ -1,0 +1,275 @@
+"""The reproducible engine: buildah builds, dockerd runs the checks.
+
+Debian 12's docker 20.10 embeds a BuildKit without `rewrite-timestamp` or SOURCE_DATE_EPOCH
+handling, so its layers carry the build's file times. buildah (Debian 12: 1.28) builds the
+same rendered Dockerfile bit for bit when:
+  - every build starts on a clean builder: a throwaway storage root (no layer cache; the
+    base is pulled by its digest into it), the context unpacked fresh (buildah's rw bind
+    mounts write through to the context directory);
+  - `bud --format docker --timestamp 0 --layers --no-cache`: one layer per instruction as
+    the Docker engine makes them, every file time and `created` at 0 (`--format docker`:
+    the OCI format drops SHELL, and RUN would run without bash's pipefail);
+  - build args SOURCE_DATE_EPOCH=0 and PYTHONDONTWRITEBYTECODE=1 (declared by ARG in the
+    template, unset in Docker builds): pip writes hash-checked .pyc files, and imports during
+    the build write no timestamped ones;
+  - the result exported uncompressed and normalised (ocilayout.py).
+RUN steps use the host's network (`--network host`): buildah's default (CNI) would create a
+bridge and NAT rules on the host, beside dockerd's.
+The normalised layout is kept in the cache (`$MTP_CACHE_DIR/oci/<image id>`) and loaded into
+dockerd untagged, so the in-image checks, tags, history and labels are the Docker engine's
+(this class inherits them); a push uploads exactly the layout's bytes through the registry
+API, so the registry's digest is the layout's. A compiled extension's builder stage
+(`output_dir`) runs on the Docker engine: its wheel is cached and installed by sha256, and
+that wheel, not its build, is what the image's bytes depend on.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from mtpimage import settings
+from mtpimage.build import buildlog
+from mtpimage.engine import ocilayout
+from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed
+from mtpimage.engine.dockerengine import DockerEngine, _stream_build
+from mtpimage.errors import EnvironmentProblem, InputError
+
+# What makes a build reproducible; the README's "Reproducible builds" section explains each.
+BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
+BUILD_ARGS = (("SOURCE_DATE_EPOCH", "0"), ("PYTHONDONTWRITEBYTECODE", "1"))
+
+
+@cache
+def buildah_cli() -> tuple[str, str]:
+    """(path, version) of the buildah CLI."""
+    path = shutil.which("buildah")
+    if not path:
+        raise EnvironmentProblem(
+            "buildah not found: the reproducible engine builds with it (fix: apt-get install buildah, "
+            "as scripts/setup-test-host.sh does, or build with --engine docker)"
+        )
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    found = re.search(r"version (\S+)", proc.stdout)
+    return path, found.group(1) if found else "?"
+
+
+class Storage:
+    """A throwaway buildah storage root: a clean builder for one build."""
+
+    def __init__(self, parent: Path):
+        parent.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix="root-", dir=parent))
+
+    def argv(self, *args: str) -> list[str]:
+        cli, _ = buildah_cli()
+        return [cli, "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"), *args]
+
+    def run(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout)
+
+    def close(self) -> None:
+        self.run("rm", "--all", timeout=300)
+        self.run("rmi", "--all", "--force", timeout=300)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def base_images(dockerfile: str) -> list[str]:
+    """The images the Dockerfile's stages start FROM (not its own stages, not scratch)."""
+    stages, bases = set(), []
+    for m in re.finditer(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?\s*$", dockerfile, re.M | re.I):
+        ref, name = m.group(1), m.group(2)
+        if ref.lower() != "scratch" and ref not in stages and ref not in bases:
+            bases.append(ref)
+        if name:
+            stages.add(name)
+    return bases
+
+
+def _pull_base(store: Storage, ref: str) -> None:
+    from mtpimage.publish.imageref import is_loopback
+    from mtpimage.publish.registryclient import RegistryUnreachable, answers
+
+    host = ref.split("/", 1)[0]
+    tls = "--tls-verify=false" if is_loopback(host) else "--tls-verify=true"
+    proc = store.run("pull", "--quiet", tls, ref)
+    if proc.returncode == 0:
+        return
+    try:
+        answers(host)
+        why = " ".join(proc.stderr.split())[-300:]
+    except RegistryUnreachable as exc:
+        why = f"registry {host} cannot be reached ({exc.reason})"
+    raise EnvironmentProblem(
+        f"buildah cannot pull base image {ref}: {why} (fix: the reproducible engine pulls the base "
+        "by its digest from its registry; make it reachable, or push the base to a registry "
+        "that is and pin that with --substitute-base)"
+    )
+
+
+class BuildahEngine(DockerEngine):
+    """Builds with buildah (bit-for-bit), runs, tags and inspects with dockerd."""
+
+    name = "buildah"
+
+    def describe(self) -> str:
+        cli, version = buildah_cli()
+        return f"{cli} (buildah {version}, reproducible: bud --timestamp 0 --layers on a clean builder)"
+
+    @property
+    def layouts(self) -> Path:
+        return settings.current().cache_root / "oci"
+
+    def layout_of(self, image_id: str) -> Path:
+        return self.layouts / image_id.split(":", 1)[-1]
+
+    def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
+        if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
+            return super().build(req, log_path, echo)
+        with tempfile.TemporaryDirectory(prefix="mtp-oci-", dir=self._scratch()) as tmp:
+            layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
+            dest = self.layout_of(layout.image_id)
+            if not dest.is_dir():
+                self.layouts.mkdir(parents=True, exist_ok=True)
+                os.replace(layout.root, dest)
+            layout = ocilayout.read(dest)
+        self._load(layout)
+        return layout.image_id
+
+    def _scratch(self) -> Path:
+        path = settings.current().cache_root / "buildah"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def build_layout(
+        self, req: BuildRequest, dest: Path, log_path: Path | None = None, echo: bool = True
+    ) -> ocilayout.Layout:
+        """Build on a clean builder and write the normalised OCI layout to `dest`."""
+        store = Storage(self._scratch())
+        try:
+            ctx = store.root / "context"
+            ctx.mkdir()
+            with tarfile.open(fileobj=io.BytesIO(req.context_tar), mode="r:*") as tar:
+                # the tool's own context tar (git sources may hold links that point outside)
+                kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+                tar.extractall(ctx, **kwargs)  # noqa: S202
+            for ref in base_images((ctx / "Dockerfile").read_text()):
+                _pull_base(store, ref)
+            iidfile = store.root / "iid"
+            watch = buildlog.Watcher()
+            code, tail = _stream_build(
+                store.argv("bud", *self._bud_argv(req, iidfile), str(ctx)),
+                dict(os.environ),
+                b"",
+                log_path,
+                echo,
+                watch,
+            )
+            if code != 0:
+                raise BuildFailed(
+                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
+                )
+            built = iidfile.read_text().strip()
+            proc = store.run("push", "--quiet", "--disable-compression", built, f"oci:{dest}")
+            if proc.returncode != 0:
+                raise EnvironmentProblem(
+                    f"buildah push {built[:19]} oci:{dest} failed: {proc.stderr.strip()[-300:]}"
+                )
+            return ocilayout.normalise(dest)
+        finally:
+            store.close()
+
+    def _bud_argv(self, req: BuildRequest, iidfile: Path) -> list[str]:
+        argv = [*BUD_OPTIONS, "--iidfile", str(iidfile), "-f", "Dockerfile"]
+        for key, value in (*BUILD_ARGS, *req.build_args):
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(req.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
+            if path is not None:
+                p = Path(path)
+                if not p.is_file():
+                    raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+                argv += ["--secret", f"id={sid},src={p.resolve()}"]
+        # the host's network: buildah's own (CNI) would add a bridge and NAT rules to the host
+        argv += ["--network", req.network or "host"]
+        if req.target:
+            argv += ["--target", req.target]
+        for flag, given in (
+            ("--builder", req.builder),
+            ("--cache-from", req.cache_from),
+            ("--cache-to", req.cache_to),
+        ):
+            if given:
+                raise InputError(
+                    flag,
+                    str(given),
+                    "the reproducible engine builds on a clean builder, without BuildKit caches",
+                    f"drop {flag}, or build with --engine docker",
+                )
+        return argv
+
+    def _load(self, layout: ocilayout.Layout) -> None:
+        """Hand the image to dockerd, untagged (its ID there is the layout's config digest)."""
+        if super().image_id(layout.image_id) == layout.image_id:
+            return
+        from mtpimage.engine.dockerengine import candidates
+
+        with subprocess.Popen(
+            [candidates()[0], "load", "--quiet"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as proc:
+            for chunk in ocilayout.docker_archive(layout):
+                proc.stdin.write(chunk)
+            proc.stdin.close()
+            err = proc.stderr.read().decode(errors="replace")
+            if proc.wait() != 0:
+                raise EnvironmentProblem(
+                    f"docker load of {layout.image_id[:19]} failed: {err.strip()[-300:]}"
+                )
+        if super().image_id(layout.image_id) != layout.image_id:
+            raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
+
+    def image_id(self, ref: str) -> str | None:
+        """A local image counts only when this engine built it (its normalised layout is kept):
+        an image of the same identity built by the Docker engine is not bit-for-bit this one."""
+        found = super().image_id(ref)
+        return found if found and self.layout_of(found).is_dir() else None
+
+    def push(self, ref: str) -> None:
+        """Upload the layout's blobs and manifest as they are: the registry's digest is the
+        layout's, whatever compressor or blob cache another tool would have used."""
+        from mtpimage.publish.imageref import ImageRef, Registry
+        from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable
+
+        found = super().image_id(ref)
+        if found is None or not self.layout_of(found).is_dir():
+            raise PushFailed(
+                ref,
+                "no reproducible build of this image here (fix: build it with --engine buildah)",
+                False,
+                "push",
+            )
+        layout = ocilayout.read(self.layout_of(found))
+        target = ImageRef.parse(ref)
+        client = RegistryClient(Registry(target.host, ""))
+        try:
+            for desc in [*layout.manifest["layers"], layout.manifest["config"]]:
+                if not client.blob_exists(target.path, desc["digest"]):
+                    client.upload_blob(target.path, desc["digest"], layout.blob(desc["digest"]))
+            client.put_manifest(
+                target.path, target.tag or "latest", layout.manifest_bytes, ocilayout.OCI_MANIFEST
+            )
+        except RegistryUnreachable as exc:
+            raise PushFailed(ref, str(exc), True, "push") from None
+        except RegistryHTTPError as exc:
+            raise PushFailed(ref, str(exc), exc.status >= 500 or exc.status == 429, "push") from None

@@ -1,0 +1,236 @@
+"""The reproducible engine's image form: an OCI image layout, normalised so that its bytes
+depend on the image's content alone (standard library only).
+
+buildah writes the layout (`buildah push --disable-compression IMAGE oci:DIR`); `normalise`
+then makes the config and manifest canonical:
+  - history comments `FROM <id>` are dropped: buildah 1.28 writes there the ID of the
+    previous step's intermediate image, which carries the build container's random
+    hostname and ID (the only config bytes that differ between two clean builds here);
+  - layers are uncompressed (a base layer buildah kept as its registry's gzip is unpacked) (`application/vnd.oci.image.layer.v1.tar`), so a layer's digest
+    is its diff ID and the manifest digest is a function of the config and the layers' bytes,
+    never of a compressor's version or a blob cache that re-used another push's gzip;
+  - config and manifest are written as canonical JSON (sorted keys, no spaces), without the
+    manifest annotations buildah adds (the base image is named in the config's labels).
+
+`docker_archive` streams the same image as `docker load` takes it, so dockerd gets an image
+whose ID is this config's digest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+GZIP_TYPES = (
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+)
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One image in an OCI layout directory."""
+
+    root: Path
+    manifest_bytes: bytes
+    config_bytes: bytes
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads(self.manifest_bytes)
+
+    @property
+    def config(self) -> dict:
+        return json.loads(self.config_bytes)
+
+    @property
+    def digest(self) -> str:
+        """The manifest digest: what a registry names this image by."""
+        return "sha256:" + sha256_hex(self.manifest_bytes)
+
+    @property
+    def image_id(self) -> str:
+        """The config digest: the image ID docker and buildah give it."""
+        return "sha256:" + sha256_hex(self.config_bytes)
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list(self.config.get("rootfs", {}).get("diff_ids", []))
+
+    def blob(self, digest: str) -> Path:
+        return self.root / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+
+def read(root: Path) -> Layout:
+    root = Path(root)
+    index = json.loads((root / "index.json").read_text())
+    (desc,) = index["manifests"]
+    blobs = root / "blobs" / "sha256"
+    manifest_bytes = (blobs / desc["digest"].split(":", 1)[1]).read_bytes()
+    config_digest = json.loads(manifest_bytes)["config"]["digest"]
+    return Layout(root, manifest_bytes, (blobs / config_digest.split(":", 1)[1]).read_bytes())
+
+
+def normalise(root: Path) -> Layout:
+    """Rewrite the layout's config and manifest into their canonical form (idempotent)."""
+    layout = read(root)
+    config = layout.config
+    for entry in config.get("history", []):
+        if str(entry.get("comment", "")).startswith("FROM "):
+            del entry["comment"]
+    layers = []
+    for desc, diff_id in zip(layout.manifest["layers"], layout.diff_ids, strict=True):
+        if desc["digest"] != diff_id:  # buildah keeps a pulled base layer as its registry's gzip
+            size = _decompress(layout.blob(desc["digest"]), layout.blob(diff_id), diff_id)
+            desc = {"digest": diff_id, "size": size}
+        layers.append({"digest": desc["digest"], "mediaType": OCI_LAYER, "size": desc["size"]})
+    config_bytes = canonical(config)
+    manifest = {
+        "config": {
+            "digest": "sha256:" + sha256_hex(config_bytes),
+            "mediaType": OCI_CONFIG,
+            "size": len(config_bytes),
+        },
+        "layers": layers,
+        "mediaType": OCI_MANIFEST,
+        "schemaVersion": 2,
+    }
+    manifest_bytes = canonical(manifest)
+    blobs = Path(root) / "blobs" / "sha256"
+    for data in (config_bytes, manifest_bytes):
+        (blobs / sha256_hex(data)).write_bytes(data)
+    index = {
+        "manifests": [
+            {
+                "digest": "sha256:" + sha256_hex(manifest_bytes),
+                "mediaType": OCI_MANIFEST,
+                "size": len(manifest_bytes),
+            }
+        ],
+        "schemaVersion": 2,
+    }
+    (Path(root) / "index.json").write_bytes(canonical(index))
+    referenced = {sha256_hex(config_bytes), sha256_hex(manifest_bytes)} | {
+        d["digest"].split(":", 1)[1] for d in layers
+    }
+    for blob in blobs.iterdir():  # the un-normalised config and manifest
+        if blob.name not in referenced:
+            blob.unlink()
+    return read(root)
+
+
+def _decompress(src: Path, dest: Path, diff_id: str) -> int:
+    """Write the uncompressed layer `src` to `dest`, checked against its diff ID; its size."""
+    tmp = dest.with_name(dest.name + ".part")
+    h, size = hashlib.sha256(), 0
+    with gzip.open(src, "rb") as f, open(tmp, "wb") as out:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    if "sha256:" + h.hexdigest() != diff_id:
+        tmp.unlink()
+        raise ValueError(f"layer {src.name[:12]} does not decompress to its diff ID {diff_id}")
+    os.replace(tmp, dest)
+    return size
+
+
+def docker_archive(layout: Layout) -> Iterator[bytes]:
+    """The image as a `docker load` tar (untagged: dockerd keeps it by its ID)."""
+    buf = io.BytesIO()
+    config_name = f"{sha256_hex(layout.config_bytes)}.json"
+    layers = [f"{d['digest'].split(':', 1)[1]}/layer.tar" for d in layout.manifest["layers"]]
+    manifest = [{"Config": config_name, "RepoTags": None, "Layers": layers}]
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in ((config_name, layout.config_bytes), ("manifest.json", canonical(manifest))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        seen = set()
+        for name, desc in zip(layers, layout.manifest["layers"], strict=True):
+            if name in seen:
+                continue
+            seen.add(name)
+            path = layout.blob(desc["digest"])
+            info = tar.gettarinfo(str(path), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- layer contents
+Member = tuple  # (type, mode, uid, gid, size, sha256 of the content, link target, mtime)
+
+
+def members(fileobj) -> dict[str, Member]:
+    """Every entry of a layer tar with what makes it differ: metadata and content hash."""
+    out: dict[str, Member] = {}
+    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+        for m in tar:
+            digest = ""
+            if m.isfile():
+                f = tar.extractfile(m)
+                h = hashlib.sha256()
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+                digest = h.hexdigest()
+            out[m.name.lstrip("./") or "."] = (
+                m.type,
+                m.mode,
+                m.uid,
+                m.gid,
+                m.size,
+                digest,
+                m.linkname,
+                m.mtime,
+            )
+    return out
+
+
+FIELDS = ("type", "mode", "uid", "gid", "size", "content", "link", "mtime")
+
+
+def differences(a: dict[str, Member], b: dict[str, Member]) -> list[tuple[str, str]]:
+    """(path, what differs) for each entry that is not the same in both, sorted by path."""
+    out = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name), b.get(name)
+        if x == y:
+            continue
+        if x is None or y is None:
+            out.append((name, "only in the rebuild" if x is None else "only in the image"))
+            continue
+        what = [f for f, u, v in zip(FIELDS, x, y, strict=True) if u != v]
+        out.append((name, ", ".join(w for w in what if w != "size" or "content" not in what)))
+    return out
