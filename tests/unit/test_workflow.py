@@ -93,7 +93,7 @@ def test_check_names_the_stale_file_and_exits_1(repo_copy):
 def test_check_fails_when_workflow_is_missing_or_hand_edited(repo_copy):
     root, man = repo_copy
     path = root / workflow.IMAGES_WORKFLOW
-    path.write_text(path.read_text().replace("timeout-minutes: 240", "timeout-minutes: 5", 1))
+    path.write_text(path.read_text().replace("timeout-minutes: 120", "timeout-minutes: 5", 1))
     proc = run_main("ci", "--check", "--root", str(root), "--manifests", str(man))
     assert proc.returncode == 1 and "images.yml is stale" in proc.stderr
     (root / workflow.TESTS_WORKFLOW).unlink()
@@ -105,10 +105,13 @@ def test_check_fails_when_workflow_is_missing_or_hand_edited(repo_copy):
 def test_one_matrix_entry_per_non_abstract_profile(images):
     names = manifest.load().names()
     assert "base" not in names
-    for job in ("test", "publish"):
+    for job in ("publish", "sign"):
         include = images["jobs"][job]["strategy"]["matrix"]["include"]
         assert [e["profile"] for e in include] == names
         assert images["jobs"][job]["strategy"]["fail-fast"] == "false"
+    # the pull-request job builds them all, in turn, on one runner
+    assert images["jobs"]["test"]["steps"][-2]["env"]["PROFILES"] == " ".join(names)
+    assert "strategy" not in images["jobs"]["stack"]  # the stack: once for all profiles
 
 
 def test_abstract_profile_gets_no_matrix_entry(tmp_path):
@@ -130,42 +133,111 @@ def test_triggers_push_main_tags_and_pull_requests(images):
 
 
 def test_pull_requests_build_and_test_without_pushing(images):
-    test, publish = images["jobs"]["test"], images["jobs"]["publish"]
-    assert "github.event_name == 'pull_request'" in test["if"]
-    assert "pull_request" not in publish["if"] and "github.event_name == 'push'" in publish["if"]
-    build = run_of(test, "Build")
-    assert 'python build.py --profile "$PROFILE"' in build
+    jobs = images["jobs"]
+    assert "github.event_name == 'pull_request'" in jobs["test"]["if"]
+    for name in ("stack", "publish", "sign"):
+        assert "pull_request" not in jobs[name]["if"] and "github.event_name == 'push'" in jobs[name]["if"]
+    build = run_of(jobs["test"], "Build")
+    assert 'python build.py --profile "$profile"' in build
     assert "--push" not in build and "--cache-to" not in build
-    push = run_of(publish, "Build")
+    push = run_of(jobs["publish"], "Build")
     assert '--push --registry "$registry"' in push
     assert "--summary-file" in push and "--summary-file" in build
 
 
-def test_registry_cache_is_type_registry_written_only_when_publishing(images):
+def test_the_job_graph_is_stack_then_publish_then_sign(images):
+    jobs = images["jobs"]
+    assert "needs" not in jobs["stack"] and "needs" not in jobs["test"]
+    assert jobs["publish"]["needs"] == "stack" and jobs["sign"]["needs"] == "publish"
+    stack = run_of(jobs["stack"], "stack")
+    assert 'python build.py stack --push --registry "$registry"' in stack
+    assert 'export MTP_WHEEL_CACHE_REPO="$registry/mtp-ext-wheels"' in stack  # wheels shared
+    assert "--profile" not in stack  # every profile: each distinct stack once
+
+
+def test_profile_builds_take_their_layers_from_the_pushed_stack(images):
     for job in ("test", "publish"):
         run = run_of(images["jobs"][job], "Build")
-        assert '--cache-from "type=registry,ref=$cache"' in run
-        assert 'cache="$registry/mtp-verl:buildcache-$PROFILE"' in run
-        assert "type=gha" not in run
-    assert "type=registry,ref=$cache,mode=max" in run_of(images["jobs"]["publish"], "Build")
-    buildx = next(s for s in steps(images["jobs"]["publish"]) if s.get("id") == "buildx")
-    assert buildx["with"]["driver"] == "docker-container"  # the docker driver cannot export it
+        assert "mapfile -t cache < <(python build.py stack --cache-from-args --profile" in run
+        assert '"${cache[@]}"' in run
+        assert "buildcache" not in run and "type=gha" not in run and "--builder" not in run
+    # the docker driver: the image is built into the runner's docker, tested there, no --load
+    for job in images["jobs"].values():
+        assert not any(s.get("uses", "").startswith("docker/setup-buildx-action@") for s in steps(job))
+
+
+def test_stack_runner_is_an_input_or_variable_with_a_hosted_default(images):
+    runs_on = images["jobs"]["stack"]["runs-on"]
+    assert runs_on == "${{ inputs.stack-runner || vars.MTP_STACK_RUNNER || 'ubuntu-24.04' }}"
+    assert "stack-runner" in images["on"]["workflow_dispatch"]["inputs"]
+    for name in ("test", "publish", "sign"):
+        assert images["jobs"][name]["runs-on"] == "ubuntu-24.04"
+
+
+def test_every_building_job_checks_its_measured_disk_need_first(images):
+    need = workflow.ci_settings()["jobs"]
+    for name in ("test", "stack", "publish"):
+        job = images["jobs"][name]
+        names = [s.get("name", s.get("uses", "")) for s in steps(job)]
+        check = next(s for s in steps(job) if s.get("name") == "Check the free disk")
+        assert check["run"] == f'python build.py disk --job {name} --need-gb "$DISK_NEED_GB"'
+        assert float(check["env"]["DISK_NEED_GB"]) == need[name]["disk_need_gb"] > 0
+        first_build = next(i for i, n in enumerate(names) if n.startswith("Build"))
+        assert names.index("Check the free disk") < first_build
+        assert int(job["timeout-minutes"]) == need[name]["timeout_minutes"]
 
 
 def test_disk_is_freed_before_checkout_and_build(images):
-    for job in images["jobs"].values():
+    for name in ("test", "stack", "publish"):
+        job = images["jobs"][name]
         names = [s.get("name", s.get("uses", "")) for s in steps(job)]
-        assert names[0] == "Free disk space"
+        assert names[0] == "Free disk space" and steps(job)[0]["id"] == "free-disk"
         cleanup = steps(job)[0]["run"]
         for path in ("/usr/share/dotnet", "/opt/ghc", "/usr/local/lib/android"):
             assert path in cleanup
-        assert names.index("Free disk space") < next(i for i, n in enumerate(names) if "Build" in n)
+
+
+def test_sign_job_attests_and_signs_the_published_digest(images):
+    sign = images["jobs"]["sign"]
+    published = next(s for s in steps(sign) if s.get("id") == "published")
+    assert (
+        'python build.py published --profile "$PROFILE" --registry "$registry" >> "$GITHUB_OUTPUT"'
+        in (published["run"])
+    )
+    attest = next(s for s in steps(sign) if s.get("uses", "").startswith("actions/attest-build-provenance@"))
+    assert attest["with"] == {
+        "subject-name": "${{ steps.published.outputs.name }}",
+        "subject-digest": "${{ steps.published.outputs.digest }}",
+        "push-to-registry": "true",
+    }
+    cosign = next(s for s in steps(sign) if s.get("id") == "cosign-sign")
+    assert 'cosign sign --yes "$IMAGE"' in cosign["run"]
+    assert (
+        cosign["env"]["IMAGE"] == "${{ steps.published.outputs.name }}@${{ steps.published.outputs.digest }}"
+    )
+    names = [s.get("uses", s.get("name", "")) for s in steps(sign)]
+    installer = next(i for i, n in enumerate(names) if n.startswith("sigstore/cosign-installer@"))
+    assert installer < names.index("Sign the image and its SBOM (keyless)")
+    assert "--verify" in run_of(sign, "Job summary")
+
+
+def test_runner_only_steps_are_exactly_the_named_ones(generated):
+    """The rehearsal leaves out only these run steps; a new one must be rehearsed or named."""
+    ids = {
+        s["id"]
+        for job in load(generated[workflow.IMAGES_WORKFLOW])["jobs"].values()
+        for s in steps(job)
+        if "run" in s and s.get("id") in workflow.RUNNER_ONLY_STEPS
+    }
+    assert ids == set(workflow.RUNNER_ONLY_STEPS)
 
 
 def test_summary_step_runs_always_and_appends_to_step_summary(images):
-    for job in images["jobs"].values():
+    for name, job in images["jobs"].items():
+        if name == "stack":
+            continue
         summary = next(s for s in steps(job) if s.get("name") == "Job summary")
-        assert summary["if"] == "always()"
+        assert summary.get("if") == "always()" or name == "sign"
         assert '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
         assert "python build.py summary" in summary["run"]
 
@@ -185,9 +257,13 @@ def test_permissions_are_least_privilege(generated):
             perms = job["permissions"]
             assert perms["contents"] == "read"
             writes = {k for k, v in perms.items() if v == "write"}
-            assert writes == (
-                {"packages"} if (rel, name) == (workflow.IMAGES_WORKFLOW, "publish") else set()
-            ), (rel, name, perms)
+            expected = {
+                (workflow.IMAGES_WORKFLOW, "stack"): {"packages"},
+                (workflow.IMAGES_WORKFLOW, "publish"): {"packages"},
+                # OIDC only where it signs, and that job runs no build
+                (workflow.IMAGES_WORKFLOW, "sign"): {"packages", "id-token", "attestations"},
+            }.get((rel, name), set())
+            assert writes == expected, (rel, name, perms)
 
 
 def test_actions_are_pinned_by_full_sha_with_version_comment(generated):
@@ -206,8 +282,9 @@ def test_actions_are_pinned_by_full_sha_with_version_comment(generated):
     assert seen == {
         "actions/checkout",
         "actions/setup-python",
-        "docker/setup-buildx-action",
         "docker/login-action",
+        "actions/attest-build-provenance",
+        "sigstore/cosign-installer",
     }
 
 
@@ -373,33 +450,35 @@ def test_summary_command_never_fails_the_job(tmp_path):
 
 
 # -- the workflow's command lines against the CLI --------------------------------------------
-def build_commands(images: dict) -> dict[str, list[str]]:
-    """job -> argv of the `python build.py --profile ...` line of its build step."""
+def build_commands(images: dict) -> list[list[str]]:
+    """argv (without `python build.py`) of every `python build.py ...` line of every run step."""
     import shlex
 
-    out = {}
-    for name, job in images["jobs"].items():
-        script = run_of(job, "Build").replace("\\\n", " ")
-        line = next(x for x in script.splitlines() if x.strip().startswith("python build.py"))
-        argv = shlex.split(line.replace("$", ""))[2:]  # drop `python build.py`; vars as words
-        out[name] = argv
+    out = []
+    for job in images["jobs"].values():
+        for step in steps(job):
+            script = step.get("run", "").replace("\\\n", " ")
+            for line in script.splitlines():
+                line = line.strip().removeprefix("mapfile -t cache < <(").split(" >> ")[0].rstrip(")")
+                if line.startswith("python build.py"):
+                    line = line.replace("$DISK_NEED_GB", "1").replace('"${cache[@]}"', "")
+                    out.append(shlex.split(line.replace("$", ""))[2:])
     return out
 
 
 def test_workflow_build_commands_use_options_the_cli_accepts(images):
-    """Every option the image workflow passes must exist in the main job's parser."""
+    """Every command and option the image workflow runs must exist in the CLI's parser."""
     from mtpimage.cli import make_parser
 
     parser = make_parser()
-    known = {s for a in parser._actions for s in a.option_strings}
     cmds = build_commands(images)
-    used = {w for argv in cmds.values() for w in argv if w.startswith("--")}
-    assert {"--profile", "--builder", "--cache-from", "--summary-file"} <= used
-    assert "--push" in cmds["publish"] and "--push" not in cmds["test"]
-    assert sorted(used - known) == []
-    for argv in cmds.values():
-        args = parser.parse_args(argv)
-        assert args.profile == "PROFILE" and args.command is None
+    firsts = {argv[0] for argv in cmds}
+    assert {"--profile", "stack", "disk", "published", "summary"} <= firsts
+    for argv in cmds:
+        args = parser.parse_args(argv)  # exits (SystemExit) on an unknown option
+        assert args is not None
+    main = [a for a in cmds if a[0] == "--profile"]
+    assert any("--push" in a for a in main) and any("--push" not in a for a in main)
 
 
 def test_ci_refuses_a_broken_profile(tmp_path):
