@@ -131,7 +131,7 @@ def test_only_sources_runs_git_fetch_or_clone():
 
 
 # ----------------------------------------------------------------------------- the engine seam
-SEAM = {"engine.py", "containerengine.py", "dockerengine.py", "dockersocket.py"}
+SEAM = {"engine.py", "containerengine.py", "dockerengine.py", "dockersocket.py", "buildahengine.py"}
 REPO = PACKAGE.parent
 
 
@@ -165,9 +165,18 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-                assert name != "docker", f"{rel}:{node.lineno} runs the docker CLI: use engine.current()"
+                assert name not in ("docker", "buildah"), (
+                    f"{rel}:{node.lineno} runs a CLI: use engine.current()"
+                )
                 words = [a.value for a in node.args if isinstance(a, ast.Constant)]
-                assert not (words and words[0] in ("docker", "/usr/bin/docker")), f"{rel}:{node.lineno}"
+                assert not (
+                    words and words[0] in ("docker", "/usr/bin/docker", "buildah", "/usr/bin/buildah")
+                ), f"{rel}:{node.lineno}"
+            if isinstance(node, (ast.List, ast.Tuple)):  # an argv spelled as a list
+                first = node.elts[0] if node.elts else None
+                assert not (
+                    isinstance(first, ast.Constant) and first.value in ("buildah", "/usr/bin/buildah")
+                ), f"{rel}:{node.lineno} runs buildah: only the engine package does"
             if isinstance(node, ast.Attribute) and node.attr == "AF_UNIX":
                 raise AssertionError(f"{rel}:{node.lineno} opens a unix socket: dockersocket.py")
     for name, edges in graph.items():
@@ -175,6 +184,7 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
             continue
         assert "mtpimage.engine.dockerengine" not in edges, f"{name}: use engine.current()"
         assert "mtpimage.engine.dockersocket" not in edges, f"{name}: use engine.current()"
+        assert "mtpimage.engine.buildahengine" not in edges, f"{name}: use engine.current()"
     assert graph["mtpimage.build.fastpath"] & {"mtpimage.engine", "mtpimage.engine.dockerengine"} == set()
 
 

@@ -1,0 +1,154 @@
+"""End to end: the reproducible engine (buildah) and `verify`, with real buildah, dockerd and
+the session's registry.
+
+Two clean builds of a test profile (each on a throwaway buildah storage, pushed to two
+namespaces) give the same image digest, and `verify` (a third clean build) says every layer
+is the same. A file changed in one layer and pushed under the same tag, and a profile that
+is not the image's plan, each end with one error line and exit 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.fixtures.image_fixtures import image_world, world_cli
+
+pytestmark = [
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(
+        shutil.which("buildah") is None, reason="buildah not installed (scripts/setup-test-host.sh)"
+    ),
+]
+
+PROFILE = "test-detach"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+@pytest.fixture(scope="module")
+def world(docker_host, git_world, tmp_path_factory):
+    w = image_world(docker_host, git_world, tmp_path_factory, "repro")
+    w["env"] = {**w["env"], "MTP_ENGINE": "buildah", "MTP_FASTPATH": "0"}
+    return w
+
+
+@pytest.fixture(scope="module")
+def published(world, tmp_path_factory) -> dict:
+    """The first clean build, pushed: its run's summary."""
+    return _build_and_push(world, f"repro-a-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("repro-a"))
+
+
+def _build_and_push(world, ns: str, tmp_path) -> dict:
+    summary = tmp_path / f"{ns}.json"
+    proc = world_cli(
+        world,
+        "--profile",
+        PROFILE,
+        "--push",
+        "--registry",
+        f"{world['host'].registry}/{ns}",
+        "--summary-file",
+        str(summary),
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert (
+        "buildah" in proc.stdout and "PASS   versions" in proc.stdout
+    )  # built by buildah, checked in dockerd
+    return json.loads(summary.read_text())
+
+
+def _http(url: str, data: bytes | None = None, method: str = "GET", headers: dict | None = None):
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read(), dict(resp.headers)
+
+
+def _upload(base: str, data: bytes) -> str:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    _, headers = _http(f"{base}/blobs/uploads/", b"", "POST")
+    location = headers["Location"]
+    sep = "&" if "?" in location else "?"
+    url = location if location.startswith("http") else base.split("/v2/")[0] + location
+    _http(f"{url}{sep}digest={digest}", data, "PUT", {"Content-Type": "application/octet-stream"})
+    return digest
+
+
+def _tamper(host: str, ns: str, tag: str) -> tuple[str, str]:
+    """Change one file of the verl layer and push the image again under the same tag, as an
+    attacker with push rights would; -> (the file changed, the new digest)."""
+    base = f"http://{host}/v2/{ns}/mtp-verl"
+    manifest = json.loads(_http(f"{base}/manifests/{tag}", headers={"Accept": OCI_MANIFEST})[0])
+    config = json.loads(_http(f"{base}/blobs/{manifest['config']['digest']}")[0])
+    index = len(manifest["layers"]) - 2  # the verl layer, below the mode layer
+    layer = _http(f"{base}/blobs/{manifest['layers'][index]['digest']}")[0]
+    out, changed = io.BytesIO(), None
+    with (
+        tarfile.open(fileobj=io.BytesIO(layer)) as src,
+        tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst,
+    ):
+        for m in src:
+            data = src.extractfile(m).read() if m.isfile() else None
+            if changed is None and m.isfile() and m.name.endswith("verl/__init__.py"):
+                data += b"\nimport os  # tampered\n"
+                m.size, changed = len(data), m.name
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    assert changed, "no verl/__init__.py in the layer"
+    new = out.getvalue()
+    digest = _upload(base, new)
+    config["rootfs"]["diff_ids"][index] = digest
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
+    manifest["layers"][index].update(digest=digest, size=len(new))
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    _http(f"{base}/manifests/{tag}", body, "PUT", {"Content-Type": OCI_MANIFEST})
+    return changed.lstrip("./"), "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published, tmp_path):
+    host = world["host"].registry
+    first = published
+    # the second build must not answer "up to date" from the first: drop its local tags
+    for ref in first["references"] + [first["image"], f"mtp-verl:{PROFILE}"]:
+        world["host"].docker("image", "rm", "--no-prune", ref, check=False)
+    second = _build_and_push(world, f"repro-b-{uuid.uuid4().hex[:6]}", tmp_path)
+    assert first["digest"] == second["digest"]
+    assert (
+        first["references"][0].rsplit(":", 1)[1] == second["references"][0].rsplit(":", 1)[1]
+    )  # one identity
+
+    ref = f"{first['references'][0].rsplit(':', 1)[0]}@{first['digest']}"
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", ref)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    layer_lines = [line for line in proc.stdout.splitlines() if line.startswith("layer ")]
+    assert len(layer_lines) >= 8 and all(" same " in line for line in layer_lines), proc.stdout
+    assert f"manifest       same     {first['digest']}" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("identical: ")
+
+    # a file changed in one layer, pushed under the same tag: verify names the layer and file
+    ns, tag = first["references"][0].split("/", 1)[1].split("/mtp-verl:")
+    changed, tampered = _tamper(host, ns, tag)
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", first["references"][0])
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    differs = [line for line in proc.stdout.splitlines() if "DIFFERS" in line and line.startswith("layer ")]
+    assert len(differs) == 1, proc.stdout
+    assert f"    {changed}: content" in proc.stdout, proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "1 of" in errors[0] and changed in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_verify_refuses_an_image_of_another_plan(world, published):
+    first = published
+    ref = f"{first['references'][0].rsplit(':', 1)[0]}@{first['digest']}"
+    proc = world_cli(world, "verify", "--profile", "test-load-only", "--image", ref)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "built from test-detach-" in errors[0] and "nothing was rebuilt" in errors[0]
+    assert "layer " not in proc.stdout and "Traceback" not in proc.stderr
