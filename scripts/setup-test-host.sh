@@ -170,6 +170,25 @@ else
     log "munged up"
 fi
 
+# --------------------------------------------------------------------------- KubeRay CRD
+# The RayJob CRD of the KubeRay version pinned in mtpimage/data/multinode.yaml, checked by its
+# sha256, for tests/unit/test_rayjob_crd.py. It comes from GitHub only (no package registry
+# ships it): on a host without GitHub this step says so and that test is skipped.
+CRD_DATA="$(dirname "$0")/../mtpimage/data/multinode.yaml"
+CRD_URL=$(awk '$1 == "crd_url:" { print $2 }' "$CRD_DATA")
+CRD_SHA=$(awk '$1 == "crd_sha256:" { print $2 }' "$CRD_DATA")
+CRD_FILE="$STATE_DIR/kuberay/$CRD_SHA.yaml"
+if [ -f "$CRD_FILE" ]; then
+    log "KubeRay RayJob CRD already present"
+elif mkdir -p "$STATE_DIR/kuberay" && curl -fsSL --max-time 60 -o "$CRD_FILE.part" "$CRD_URL" 2> /dev/null \
+        && echo "$CRD_SHA  $CRD_FILE.part" | sha256sum -c --quiet 2> /dev/null; then
+    mv "$CRD_FILE.part" "$CRD_FILE"
+    log "KubeRay RayJob CRD fetched and verified ($CRD_FILE)"
+else
+    rm -f "$CRD_FILE.part"
+    log "KubeRay RayJob CRD not fetched from $CRD_URL (unreachable or wrong sha256): the RayJob schema test will be skipped"
+fi
+
 # --------------------------------------------------------------------------- 4. base image
 # The image records what it was made from; a change of the package list rebuilds it.
 BASE_RECIPE="bookworm minbase $BASE_INCLUDE"
