@@ -117,7 +117,7 @@ def job_script(
 ) -> str:
     layout = layout or multinode.Layout()
     image = ImageRef(registry_host, repo_path, digest=digest)
-    if cluster == "kuberay" or layout.nodes > 1:
+    if cluster == "kuberay" or layout.nodes != 1:
         multinode.check(plan, target, layout)
         if cluster == "kuberay":
             command = command_line(plan, target, cluster, layout)

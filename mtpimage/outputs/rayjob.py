@@ -50,7 +50,7 @@ def entrypoint(plan: Plan, target: str, layout: multinode.Layout) -> str:
 def rayjob(plan: Plan, target: str, image: ImageRef, layout: multinode.Layout) -> dict:
     facts = multinode.facts()
     kuberay = facts["kuberay"]
-    ray = plan.package("ray")
+    ray = next((row[1] for row in plan.locked if row[0] == "ray"), None)  # lock.yaml's ray, when locked
     name = f"verl-{plan.profile}-{image.digest.split(':')[1][:8]}"
     head_params = {"dashboard-host": "0.0.0.0", "num-gpus": str(layout.gpus_per_node)}
     cluster = {
@@ -60,7 +60,7 @@ def rayjob(plan: Plan, target: str, image: ImageRef, layout: multinode.Layout) -
         },
     }
     if ray is not None:
-        cluster = {"rayVersion": ray.version, **cluster}
+        cluster = {"rayVersion": ray, **cluster}
     if layout.nodes > 1:
         workers = layout.nodes - 1
         cluster["workerGroupSpecs"] = [
