@@ -205,9 +205,10 @@ def members(fileobj) -> dict[str, Member]:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
                 digest = h.hexdigest()
+            # mode bits above 0o7777 repeat the entry's type (some writers set them, some not)
             out[m.name.lstrip("./") or "."] = (
                 m.type,
-                m.mode,
+                m.mode & 0o7777,
                 m.uid,
                 m.gid,
                 m.size,
@@ -222,7 +223,8 @@ FIELDS = ("type", "mode", "uid", "gid", "size", "content", "link", "mtime")
 
 
 def differences(a: dict[str, Member], b: dict[str, Member]) -> list[tuple[str, str]]:
-    """(path, what differs) for each entry that is not the same in both, sorted by path."""
+    """(path, what differs) for each entry that is not the same in both: changed content
+    and entries on one side first (what a container would see), then metadata; by path."""
     out = []
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name), b.get(name)
@@ -233,4 +235,4 @@ def differences(a: dict[str, Member], b: dict[str, Member]) -> list[tuple[str, s
             continue
         what = [f for f, u, v in zip(FIELDS, x, y, strict=True) if u != v]
         out.append((name, ", ".join(w for w in what if w != "size" or "content" not in what)))
-    return out
+    return sorted(out, key=lambda e: (not e[1].startswith(("content", "only")), e[0]))
