@@ -16,7 +16,9 @@ import tarfile
 
 AT_IMAGE_VERSION = {"megatron-bridge", "megatron-core", "transformers", "huggingface-hub", "tokenizers"}
 # flashinfer-cubin: 1.6 GB of prebuilt kernels, looked up at run time, not at import
-NOT_PACKED = re.compile(r"^(torch|triton|nvidia-|cuda-|transformer-engine|flash-attn|apex|numpy|flashinfer-cubin)")
+NOT_PACKED = re.compile(
+    r"^(torch|triton|nvidia-|cuda-|transformer-engine|flash-attn|apex|numpy|flashinfer-cubin)"
+)
 
 
 def norm(name: str) -> str:
