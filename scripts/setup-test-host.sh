@@ -31,7 +31,7 @@ WAIT_S=${MTP_TEST_WAIT_S:-60}
 # pip-install local source trees with --no-build-isolation (setuptools + wheel) and
 # without any network access.
 BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,git,ca-certificates
-APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables buildah)
+APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables iproute2 buildah)
 # The multi-node job tests (#27): a real Slurm controller (munge authenticates it) and shellcheck.
 APT_PACKAGES+=(slurmctld slurm-client munge shellcheck)
 

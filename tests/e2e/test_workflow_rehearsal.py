@@ -4,7 +4,7 @@ registry of this test's own, on the stand-in test profiles (tests/manifests).
 
   stack            on the host's dockerd: the shared stack built once and pushed
   publish P1, P2   each on a FRESH dockerd (tests/fixtures/freshdocker.py: empty image store
-                   and BuildKit cache, no bridge network, so no RUN step can run there): the
+                   and BuildKit cache, a bridge of its own without NAT): the
                    profile's layers come from the pushed stack, its mode layer is added, the
                    in-image checks run on the image in that engine, it is pushed with its SBOM
   sign P1, P2      `published` finds each digest (attestation and cosign need GitHub's OIDC
