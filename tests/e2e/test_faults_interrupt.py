@@ -55,6 +55,13 @@ def world(docker_host, git_world, tmp_path_factory):
     return {"host": docker_host, "manifests": manifests, "env": env, "tmp": tmp}
 
 
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """SIGINT back to its default in the child: a runner that starts the tests in the
+    background (`cmd &` in a script) passes SIGINT ignored, and Python then never raises
+    KeyboardInterrupt, so the run could not be interrupted at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _popen(world, *args):
     return subprocess.Popen(
         [sys.executable, str(REPO / "build.py"), "--manifests", str(world["manifests"]), *args],
@@ -64,6 +71,7 @@ def _popen(world, *args):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_sends_it,
     )
 
 
@@ -224,6 +232,7 @@ def test_sigint_during_lock_leaves_lock_yaml_and_no_half_fetched_cache(world, tm
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_sends_it,
     )
     for _ in range(600):
         if marker.exists() or proc.poll() is not None:
