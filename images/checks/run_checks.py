@@ -987,8 +987,17 @@ def inputs_digest(gid: str, vector: dict) -> str | None:
     for name in files:
         path = HERE / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
-    h.update(json.dumps({k: vector.get(k) for k in keys}, sort_keys=True).encode())
+    h.update(json.dumps({k: _slice(gid, k, vector.get(k)) for k in keys}, sort_keys=True).encode())
     return "sha256:" + h.hexdigest()
+
+
+def _slice(gid: str, key: str, value):
+    """What a group reads of one version-vector key. The entry checks a component declares
+    are read by entry-imports alone: a profile with fewer targets (mtp-rollout: RL only) then
+    still reuses pip-check, versions and probes proved by one with more."""
+    if key != "components" or gid == "entry-imports" or not isinstance(value, list):
+        return value
+    return [{k: v for k, v in comp.items() if k != "entry_checks"} for comp in value]
 
 
 def run_group(gid: str, fn, digest: str | None, reuse: dict[str, set[str]]) -> list[dict]:

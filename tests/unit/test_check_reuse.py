@@ -206,3 +206,16 @@ def test_proofs_of_other_inputs_stay_side_by_side():
     placeholder = {"id": "probes", "group": "probes", "status": "reused", "inputs": "sha256:a"}
     [r] = checkreuse.expand([placeholder], record)
     assert (r["status"], r["proved_by"], r["detail"]) == ("reused", "sha256:1", "sha256:1")
+
+
+def test_entry_checks_count_only_for_the_group_that_runs_them(rc):
+    """A profile with fewer targets (fewer verl entry checks) reuses pip-check, versions and
+    probes, but not entry-imports."""
+    verl = {"name": "verl", "package": "verl", "commit": "7bc80c00"}
+    both = {**VECTOR, "components": [{**verl, "entry_checks": [{"id": "rl"}, {"id": "sft"}]}]}
+    rl_only = {**VECTOR, "components": [{**verl, "entry_checks": [{"id": "rl"}]}]}
+    other_commit = {**VECTOR, "components": [{**verl, "commit": "0000000", "entry_checks": [{"id": "rl"}]}]}
+    for gid in ("pip-check", "versions", "probes"):
+        assert rc.inputs_digest(gid, rl_only) == rc.inputs_digest(gid, both), gid
+        assert rc.inputs_digest(gid, other_commit) != rc.inputs_digest(gid, rl_only), gid
+    assert rc.inputs_digest("entry-imports", rl_only) != rc.inputs_digest("entry-imports", both)
