@@ -14,6 +14,9 @@ import re
 import sys
 import tarfile
 
+# loaded without importing its module: tilelang dlopens z3-solver's z3/lib/libz3.so by path
+# ("OSError: libz3.so: cannot open shared object file" on the device without it)
+ALSO_LOADED = {"z3-solver"}
 AT_IMAGE_VERSION = {"megatron-bridge", "megatron-core", "transformers", "huggingface-hub", "tokenizers"}
 # flashinfer-cubin: 1.6 GB of prebuilt kernels, looked up at run time, not at import
 NOT_PACKED = re.compile(
@@ -32,7 +35,7 @@ def main(freeze: str, out: str) -> int:
     pairs = (line.strip().split("==", 1) for line in open(freeze) if "==" in line)
     device = {norm(name): version for name, version in pairs}
     owners = md.packages_distributions()
-    loaded = {d for m in list(sys.modules) for d in owners.get(m.split(".")[0], [])}
+    loaded = {d for m in list(sys.modules) for d in owners.get(m.split(".")[0], [])} | ALSO_LOADED
     packed = []
     site = next(p for p in sys.path if p.endswith("site-packages"))
     with tarfile.open(out, "w") as tar:

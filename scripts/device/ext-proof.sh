@@ -31,7 +31,8 @@ done
 W=/tmp/extstage/whole
 rm -rf /tmp/site && mkdir -p /tmp/site
 for t in tecore autobridge; do
-  xz -dc -T0 $W/$t.tar.xz | tar x -C /tmp/site || { echo "$t unpack failed" | tee -a $S; exit 4; }
+  # the closure lists console scripts outside site-packages (../../../bin/...): not needed here
+  xz -dc -T0 $W/$t.tar.xz | tar x --exclude="../*" -C /tmp/site || { echo "$t unpack failed" | tee -a $S; exit 4; }
 done
 # TE's core, meta and torch-extension wheels share the transformer_engine/ folder, which
 # pip --target does not merge ("Target directory ... already exists"): unpack those three
