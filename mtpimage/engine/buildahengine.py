@@ -38,7 +38,7 @@ from pathlib import Path
 from mtpimage import settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
-from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed
+from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed, build_options
 from mtpimage.engine.dockerengine import DockerEngine, _stream_build
 from mtpimage.errors import EnvironmentProblem, InputError
 
@@ -188,16 +188,7 @@ class BuildahEngine(DockerEngine):
 
     def _bud_argv(self, req: BuildRequest, iidfile: Path) -> list[str]:
         argv = [*BUD_OPTIONS, "--iidfile", str(iidfile), "-f", "Dockerfile"]
-        for key, value in (*BUILD_ARGS, *req.build_args):
-            argv += ["--build-arg", f"{key}={value}"]
-        for key, value in sorted(req.labels.items()):
-            argv += ["--label", f"{key}={value}"]
-        for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
-            if path is not None:
-                p = Path(path)
-                if not p.is_file():
-                    raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
-                argv += ["--secret", f"id={sid},src={p.resolve()}"]
+        argv += build_options(req, BUILD_ARGS)
         # the host's network: buildah's own (CNI) would add a bridge and NAT rules to the host
         argv += ["--network", req.network or "host"]
         if req.target:

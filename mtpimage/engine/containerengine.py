@@ -214,3 +214,20 @@ def registry_host(ref: str) -> str | None:
     except InputError:
         return None  # not a reference docker could pull either: reported as not found
     return parsed.host if parsed.explicit_host else None
+
+
+def build_options(req: BuildRequest, build_args: tuple = ()) -> list[str]:
+    """--build-arg, --label and --secret as `docker build` and `buildah bud` both spell them
+    (build_args first, then the request's); a secret file that is not there is one line."""
+    argv: list[str] = []
+    for key, value in (*build_args, *req.build_args):
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(req.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+            argv += ["--secret", f"id={sid},src={p.resolve()}"]
+    return argv

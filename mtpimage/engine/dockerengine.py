@@ -38,6 +38,7 @@ from mtpimage.engine.containerengine import (
     PushFailed,
     RunResult,
     StartFailed,
+    build_options,
 )
 from mtpimage.errors import EnvironmentProblem, InputError
 
@@ -210,16 +211,7 @@ def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
         argv += ["--target", req.target]
     if req.output_dir:
         argv += ["--output", f"type=local,dest={Path(req.output_dir).resolve()}"]
-    for key, value in req.build_args:
-        argv += ["--build-arg", f"{key}={value}"]
-    for key, value in sorted(req.labels.items()):
-        argv += ["--label", f"{key}={value}"]
-    for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
-        if path is not None:
-            p = Path(path)
-            if not p.is_file():
-                raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
-            argv += ["--secret", f"id={sid},src={p.resolve()}"]
+    argv += build_options(req)
     if req.network:
         argv += ["--network", req.network]
     if req.no_cache:
