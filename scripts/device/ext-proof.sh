@@ -4,6 +4,8 @@
 # (scripts/device/ext-prepare.sh) is more than one call carries (64 MiB), so:
 #   bash scripts/device/ext-proof.sh stage      once per carry, carrying build/device/ext/carry/cN
 #   bash scripts/device/ext-proof.sh run        last, carrying the last carry
+#   bash scripts/device/ext-proof.sh cp2        instead of `run`, on the 2-GPU kind (issue 23):
+#                                               the product's GPU check under a 2-rank torchrun
 # `run` reassembles every file from its parts and checks its sha256, unpacks the
 # TransformerEngine core and AutoBridge's closure into /tmp/site, installs the compiled wheels
 # with pip --no-deps next to the device's own torch 2.11.0+cu130, runs
@@ -17,7 +19,7 @@ P=/tmp/extstage/parts
 mkdir -p $P
 for c in build/device/ext/carry/c*; do [ -d "$c" ] && cp -n "$c"/* $P/ 2>/dev/null; done
 { echo "stage $n: $(date -u +%FT%TZ)"; ls -l $P; } > $S
-[ "$n" = run ] || { cat $S; exit 0; }
+case $n in run | cp2) ;; *) cat $S; exit 0 ;; esac
 t0=$(date +%s)
 mkdir -p /tmp/extstage/whole/whl
 for sum in $P/*.sha256; do
@@ -53,6 +55,12 @@ export PYTHONPATH=/tmp/site
 } >> $S 2>&1
 cat $S
 set -o pipefail
+if [ "$n" = cp2 ]; then
+  # CP=2 with exactly the image's wheels: cp-recompute[full,cp=2] and [mtp-only,cp=2] among them
+  NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 timeout 500 python3 -m torch.distributed.run --nproc-per-node 2 \
+    images/checks/gpu_check.py --mode all --transformer-impl transformer_engine 2>&1 | tail -60 | tee $OUT/gpu_check_cp2.txt
+  exit
+fi
 timeout 300 python3 scripts/device/ext_gpu_tests.py 2>&1 | tee $OUT/ext_gpu_tests.txt
 timeout 250 python3 images/checks/gpu_check.py --mode all --transformer-impl transformer_engine 2>&1 \
   | tail -30 | tee $OUT/gpu_check_transformer_engine.txt
