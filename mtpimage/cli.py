@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from mtpimage import settings
@@ -322,7 +325,7 @@ def invoke(argv: list[str] | None = None) -> tuple[int, object]:
     try:
         from mtpimage import engine
 
-        with engine.using(getattr(args, "engine", None)):
+        with engine.using(getattr(args, "engine", None)), _terminate_as_interrupt():
             out = handler(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return (out, None) if isinstance(out, int) else (out.exit_code, out)
@@ -333,11 +336,35 @@ def invoke(argv: list[str] | None = None) -> tuple[int, object]:
     except BuilderError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code, None
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM, None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130, None
     except Exception as exc:
         return _internal_error(exc), None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a cancelled CI job, `kill`): unwinds like Ctrl-C, so every cleanup runs (the
+    running build ended, its temp directories and throwaway builder removed, no tag moved)."""
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _internal_error(exc: Exception) -> int:

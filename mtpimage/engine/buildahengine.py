@@ -62,11 +62,14 @@ def buildah_cli() -> tuple[str, str]:
 
 
 class Storage:
-    """A throwaway buildah storage root: a clean builder for one build."""
+    """A throwaway buildah storage root: a clean builder for one build. Its name carries the
+    building process's ID, so a later build removes the roots of builds that were killed
+    before they could (a stopped CI job, a session's end: 13 GB each for the real stack)."""
 
     def __init__(self, parent: Path):
         parent.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix="root-", dir=parent))
+        sweep_stale(parent)
+        self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
 
     def argv(self, *args: str) -> list[str]:
         cli, _ = buildah_cli()
@@ -76,9 +79,55 @@ class Storage:
         return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout)
 
     def close(self) -> None:
-        self.run("rm", "--all", timeout=300)
-        self.run("rmi", "--all", "--force", timeout=300)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_root(self.root, self)
+
+
+def remove_root(root: Path, store: Storage | None = None) -> None:
+    """Remove a storage root: buildah's containers and images, then what is still mounted
+    under it (a build killed mid-step leaves its overlay mounted), then the files."""
+    if (root / "storage").is_dir():
+        if store is None:
+            store = Storage.__new__(Storage)
+            store.root = root
+        store.run("rm", "--all", timeout=300)
+        store.run("rmi", "--all", "--force", timeout=300)
+    for point in sorted(_mounts_under(root), reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _mounts_under(root: Path) -> list[str]:
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    prefix = str(root) + "/"
+    return [f.split()[1] for f in lines if len(f.split()) > 1 and f.split()[1].startswith(prefix)]
+
+
+def owner_alive(name: str) -> bool:
+    """Whether the process named in a scratch entry (`root-<pid>-...`, `mtp-oci-<pid>-...`)
+    still runs; an entry without a process ID is an older tool's and counts as gone."""
+    found = re.match(r"(?:root|mtp-oci)-(\d+)-", name)
+    if not found:
+        return False
+    try:
+        os.kill(int(found.group(1)), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(parent: Path) -> list[str]:
+    """Remove the storage roots and layout scratch of builds whose process is gone."""
+    gone = []
+    for entry in sorted(parent.iterdir()):
+        if entry.name.startswith(("root-", "mtp-oci-")) and not owner_alive(entry.name):
+            remove_root(entry)
+            gone.append(entry.name)
+    return gone
 
 
 def base_images(dockerfile: str) -> list[str]:
@@ -133,7 +182,7 @@ class BuildahEngine(DockerEngine):
     def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
         if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
             return super().build(req, log_path, echo)
-        with tempfile.TemporaryDirectory(prefix="mtp-oci-", dir=self._scratch()) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
             layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
             dest = self.layout_of(layout.image_id)
             if not dest.is_dir():

@@ -260,6 +260,7 @@ def _stream_build(
     """Run the build with the context on stdin, echoing its output; (returncode, last lines).
     `watch` (a buildlog.Watcher) reads every line: pip's refusals span more than the tail."""
     log = open(log_path, "wb") if log_path else None
+    proc = None
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
@@ -287,10 +288,24 @@ def _stream_build(
                 sys.stderr.flush()
         proc.wait()
         feeder.join(timeout=5)
+    except BaseException:
+        if proc is not None:
+            _end(proc)  # interrupted: the build must not outlive the tool (a SIGTERM reaches only us)
+        raise
     finally:
         if log:
             log.close()
     return proc.returncode, tail
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 # ----------------------------------------------------------------------------- the engine
