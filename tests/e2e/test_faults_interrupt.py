@@ -1,4 +1,5 @@
-"""SIGINT during build or test, and two concurrent runs of the same profile.
+"""SIGINT during build or test, SIGTERM to the tool alone during a build, and two concurrent
+runs of the same profile.
 
 SIGINT (as a terminal's Ctrl-C, to the whole process group) leaves no running container,
 none of the tool's temp directories, no tag, and manifests/ (a real lock.yaml, written by
@@ -112,8 +113,39 @@ def _forget(world, identity):
         world["host"].docker("image", "rm", "--no-prune", ref, check=False)
 
 
-def _interrupt_when(proc, marker: str, then=None) -> str:
-    """Read output until `marker`, optionally wait for `then()`, send SIGINT to the group."""
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _sigint_to_group(proc) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+
+
+def _sigterm_to_tool(proc) -> None:
+    """As a CI runner cancels a job or `kill` does: the tool alone, not its children."""
+    os.kill(proc.pid, signal.SIGTERM)
+
+
+def _interrupt_when(proc, marker: str, then=None, send=_sigint_to_group) -> str:
+    """Read output until `marker`, optionally wait for `then()`, then interrupt (`send`)."""
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -127,7 +159,7 @@ def _interrupt_when(proc, marker: str, then=None) -> str:
             if then():
                 break
             time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)
+    send(proc)
     rest, _ = proc.communicate(timeout=120)
     return "".join(seen) + rest
 
@@ -136,16 +168,30 @@ def _tool_temp(world) -> list[str]:
     return sorted(p.name for p in world["tmp"].iterdir() if p.name.startswith(("mtp-", "tmp")))
 
 
-@pytest.mark.parametrize("stage", ["build", "test"])
-def test_sigint_leaves_no_container_temp_dir_tag_or_changed_manifests(world, stage):
+@pytest.mark.parametrize(
+    "stage,send",
+    [("build", _sigint_to_group), ("test", _sigint_to_group), ("build", _sigterm_to_tool)],
+    ids=["build-sigint", "test-sigint", "build-sigterm"],
+)
+def test_interrupt_leaves_no_process_container_temp_dir_tag_or_changed_manifests(world, stage, send):
     identity = _identity(world)
     _forget(world, identity)
     before_manifests = _snapshot(world["manifests"])
     before_running = _running(world)
     before_tmp = _tool_temp(world)
+    children: set[int] = set()
     if stage == "build":
         proc = _popen(world, "--profile", PROFILE, "--no-cache")
-        out = _interrupt_when(proc, "build   ")
+
+        def building() -> bool:
+            children.update(_descendants(proc.pid))
+            return bool(children)
+
+        out = _interrupt_when(proc, "build   ", then=building, send=send)
+        if send is _sigterm_to_tool:
+            assert proc.returncode == 128 + signal.SIGTERM and "terminated" in out, out[-3000:]
+        assert children, "the build started no process to end"
+        assert not [pid for pid in children if _alive(pid)], "the build outlived the terminated tool"
     else:
         ok = subprocess.run(
             [
@@ -164,7 +210,7 @@ def test_sigint_leaves_no_container_temp_dir_tag_or_changed_manifests(world, sta
         )
         assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
         proc = _popen(world, "test", "--profile", PROFILE, "--image", f"mtp-verl:{PROFILE}")
-        out = _interrupt_when(proc, "test    ", then=lambda: _running(world) - before_running)
+        out = _interrupt_when(proc, "test    ", then=lambda: _running(world) - before_running, send=send)
     assert proc.returncode != 0, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     time.sleep(0)  # no waiting on docker: the tool removes its container before it exits
