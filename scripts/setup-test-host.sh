@@ -173,20 +173,39 @@ fi
 # --------------------------------------------------------------------------- KubeRay CRD
 # The RayJob CRD of the KubeRay version pinned in mtpimage/data/multinode.yaml, checked by its
 # sha256, for tests/unit/test_rayjob_crd.py. It comes from GitHub only (no package registry
-# ships it): on a host without GitHub this step says so and that test is skipped.
+# ships it): over HTTPS, or else through git from KubeRay's repository at the version's tag,
+# which a git mirror configured for GitHub (url.<mirror>.insteadOf) serves where GitHub is not
+# reachable. Where neither works this step says so and that test is skipped.
 CRD_DATA="$(dirname "$0")/../mtpimage/data/multinode.yaml"
-CRD_URL=$(awk '$1 == "crd_url:" { print $2 }' "$CRD_DATA")
-CRD_SHA=$(awk '$1 == "crd_sha256:" { print $2 }' "$CRD_DATA")
+crd_field() { awk -v k="$1:" '$1 == k { print $2; exit }' "$CRD_DATA"; }
+CRD_URL=$(crd_field crd_url)
+CRD_SHA=$(crd_field crd_sha256)
 CRD_FILE="$STATE_DIR/kuberay/$CRD_SHA.yaml"
+crd_by_git() {
+    local repo tag path tmp
+    repo=$(crd_field crd_repo) tag=$(crd_field version) path=$(crd_field crd_path)
+    tmp=$(mktemp -d)
+    # one commit, no blobs but the one file (fetched on demand): mirrors may lack other blobs
+    git -C "$tmp" init -q && git -C "$tmp" remote add origin "$repo" \
+        && timeout 120 git -C "$tmp" fetch -q --depth 1 --filter=blob:none origin "refs/tags/$tag" 2> /dev/null \
+        && timeout 120 git -C "$tmp" show "FETCH_HEAD:$path" > "$CRD_FILE.part" 2> /dev/null
+    local rc=$?
+    rm -rf "$tmp"
+    return $rc
+}
+crd_verified() { echo "$CRD_SHA  $CRD_FILE.part" | sha256sum -c --quiet 2> /dev/null; }
+mkdir -p "$STATE_DIR/kuberay"
 if [ -f "$CRD_FILE" ]; then
     log "KubeRay RayJob CRD already present"
-elif mkdir -p "$STATE_DIR/kuberay" && curl -fsSL --max-time 60 -o "$CRD_FILE.part" "$CRD_URL" 2> /dev/null \
-        && echo "$CRD_SHA  $CRD_FILE.part" | sha256sum -c --quiet 2> /dev/null; then
+elif curl -fsSL --max-time 60 -o "$CRD_FILE.part" "$CRD_URL" 2> /dev/null && crd_verified; then
     mv "$CRD_FILE.part" "$CRD_FILE"
     log "KubeRay RayJob CRD fetched and verified ($CRD_FILE)"
+elif crd_by_git && crd_verified; then
+    mv "$CRD_FILE.part" "$CRD_FILE"
+    log "KubeRay RayJob CRD fetched through git from $(crd_field crd_repo) and verified ($CRD_FILE)"
 else
     rm -f "$CRD_FILE.part"
-    log "KubeRay RayJob CRD not fetched from $CRD_URL (unreachable or wrong sha256): the RayJob schema test will be skipped"
+    log "KubeRay RayJob CRD not fetched from $CRD_URL nor through git (unreachable or wrong sha256): the RayJob schema test will be skipped"
 fi
 
 # --------------------------------------------------------------------------- 4. base image

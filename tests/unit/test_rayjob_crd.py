@@ -3,7 +3,7 @@
 
 The CRD is not in the repository (upstream text) and no package registry ships it: it is read
 from MTP_TEST_KUBERAY_CRD, or from where scripts/setup-test-host.sh stores it after checking its
-sha256 (it can fetch it only where GitHub is reachable). Its openAPIV3Schema is applied the way
+sha256 (over HTTPS, or through git from KubeRay's repository or a mirror of it). Its openAPIV3Schema is applied the way
 `kubectl apply --validate=strict` does: unknown fields are errors, int-or-string fields take
 either, preserve-unknown-fields objects take anything.
 """
