@@ -227,11 +227,18 @@ def cmd_explain(args) -> int:
     if args.model_config:
         notes += model_warnings(args.model_config)
     if args.cluster:
-        from mtpimage.commands.cluster import layout_of
+        from mtpimage.commands.cluster import layout_of, signed_by_of
         from mtpimage.outputs.jobscripts import published_job_script
 
         job = published_job_script(
-            plan, m.root, args.target, args.cluster, args.registry, args.digest, layout_of(args)
+            plan,
+            m.root,
+            args.target,
+            args.cluster,
+            args.registry,
+            args.digest,
+            layout_of(args),
+            signed_by_of(args),
         )
         print(job, end="")
         return 0

@@ -53,6 +53,7 @@ VARIABLES = (
     Variable("MTP_NET_BACKOFF_MAX", "8", "longest wait between attempts, seconds (waits grow exponentially from 0.5 s)"),
     Variable("MTP_HTTP_TIMEOUT", "20", "one HTTP request, seconds"),
     Variable("MTP_GIT_TIMEOUT", "300", "one git call, seconds"),
+    Variable("MTP_SIGNED_BY", "", "`OWNER/REPO` whose images workflow signs the published images: `explain --cluster` then writes the exact `cosign verify` to run before the first pull (flag: `--signed-by`)"),
     Variable("MTP_ENGINE", "docker", "the engine that builds: `docker` (BuildKit) or `buildah` (bit-for-bit reproducible; see \"Reproducible builds\"); flag: `--engine`, `--reproducible`"),
     Variable("MTP_DOCKER_CLI", "", "the docker CLI to use (default: the first of PATH's docker, /usr/bin/docker, /usr/local/bin/docker that works)"),
     Variable("MTP_DOCKER_BUILDKIT_CLI", "", "the older name of MTP_DOCKER_CLI, read when that is unset (scripts/setup-test-host.sh writes it)"),

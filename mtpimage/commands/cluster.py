@@ -43,6 +43,28 @@ def add_options(p) -> None:
         metavar="S",
         help="seconds to wait for every node to join Ray (default 600)",
     )
+    g.add_argument(
+        "--signed-by",
+        metavar="OWNER/REPO",
+        help="the GitHub repository whose images workflow signed the image: the job's head then "
+        "names the exact `cosign verify` to run before the first pull (default: MTP_SIGNED_BY)",
+    )
+
+
+def signed_by_of(args) -> str | None:
+    """OWNER/REPO from --signed-by or MTP_SIGNED_BY; None when neither is given."""
+    from mtpimage import settings
+    from mtpimage.errors import InputError
+
+    given = getattr(args, "signed_by", None) or settings.current().get("MTP_SIGNED_BY")
+    if not given:
+        return None
+    owner, _, repo = given.partition("/")
+    if not owner or not repo or "/" in repo or any(c.isspace() or c in "'\"$`" for c in given):
+        raise InputError(
+            "--signed-by", given, "expected OWNER/REPO", "pass the GitHub repository, e.g. acme/mtp-images"
+        )
+    return given
 
 
 def layout_of(args) -> Layout:

@@ -16,6 +16,7 @@ import jinja2
 
 from mtpimage.errors import InputError
 from mtpimage.outputs import multinode, rayjob
+from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
 from mtpimage.publish.imageref import ImageRef, Registry
 
@@ -78,7 +79,14 @@ def _sif(plan: Plan, digest: str) -> str:
     return f"{IMAGE_REPOSITORY}-{plan.profile}-{digest.split(':')[1][:12]}.sif"
 
 
-def multinode_script(plan: Plan, target: str, cluster: str, image: ImageRef, layout: multinode.Layout) -> str:
+def multinode_script(
+    plan: Plan,
+    target: str,
+    cluster: str,
+    image: ImageRef,
+    layout: multinode.Layout,
+    signed_by: str | None = None,
+) -> str:
     """The sbatch script that runs Ray across `layout.nodes` nodes, then verl's trainer."""
     entry, args = multinode.trainer_command(plan, target, layout)
     facts = multinode.facts()
@@ -90,6 +98,7 @@ def multinode_script(plan: Plan, target: str, cluster: str, image: ImageRef, lay
         "command": command_line(plan, target, cluster, layout),
         "placement": multinode.placement_note(plan),
         "prerequisites": prerequisites(plan),
+        "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,
         "docker_uri": image.docker_uri,
         "sif": _sif(plan, image.digest or ""),
@@ -114,15 +123,19 @@ def job_script(
     repo_path: str,
     digest: str,
     layout: multinode.Layout | None = None,
+    signed_by: str | None = None,
 ) -> str:
+    """signed_by: OWNER/REPO whose images workflow signed the digest (the script's head says
+    how to check that before the first pull)."""
     layout = layout or multinode.Layout()
     image = ImageRef(registry_host, repo_path, digest=digest)
     if cluster == "kuberay" or layout.nodes != 1:
         multinode.check(plan, target, layout)
         if cluster == "kuberay":
             command = command_line(plan, target, cluster, layout)
-            return rayjob.rayjob_yaml(plan, target, image, layout, command, prerequisites(plan))
-        return multinode_script(plan, target, cluster, image, layout)
+            verify = comment_lines(str(image), signed_by)
+            return rayjob.rayjob_yaml(plan, target, image, layout, command, prerequisites(plan), verify)
+        return multinode_script(plan, target, cluster, image, layout, signed_by)
     if layout.rollout_nodes:
         raise InputError(
             "--rollout-nodes", str(layout.rollout_nodes), "a split needs --nodes 2 or more", "add --nodes N"
@@ -135,6 +148,7 @@ def job_script(
         "entrypoint": entry,
         "overrides": plan.overrides_for(target),
         "prerequisites": prerequisites(plan),
+        "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,
         "docker_uri": image.docker_uri,
         "sif": _sif(plan, digest),
@@ -150,6 +164,7 @@ def published_job_script(
     registry: str,
     digest: str | None = None,
     layout: multinode.Layout | None = None,
+    signed_by: str | None = None,
 ) -> str:
     """The job script, pinned to the digest of this plan's tested image in `registry`
     (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then)."""
@@ -177,4 +192,6 @@ def published_job_script(
                 f"{reg.ref(IMAGE_REPOSITORY, identity)} is not published",
                 f"run python build.py --profile {plan.profile} --push --registry {registry}",
             )
-    return job_script(plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout)
+    return job_script(
+        plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout, signed_by
+    )

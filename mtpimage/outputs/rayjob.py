@@ -90,7 +90,13 @@ def rayjob(plan: Plan, target: str, image: ImageRef, layout: multinode.Layout) -
 
 
 def rayjob_yaml(
-    plan: Plan, target: str, image: ImageRef, layout: multinode.Layout, command: str, prerequisites: list[str]
+    plan: Plan,
+    target: str,
+    image: ImageRef,
+    layout: multinode.Layout,
+    command: str,
+    prerequisites: list[str],
+    verify: list[str] = (),
 ) -> str:
     head = [
         f"# verl {target} job for profile {plan.profile} (MTP mode {plan.mode}) on {layout.nodes} nodes: a KubeRay",
@@ -98,6 +104,7 @@ def rayjob_yaml(
         "# The image is pinned by digest. Apply with: kubectl apply -f FILE",
         f"# {multinode.placement_note(plan)}",
     ]
+    head += [f"# {line}" for line in verify]
     head += [f"# prerequisite: {line}" for line in prerequisites]
     body = yaml.safe_dump(rayjob(plan, target, image, layout), sort_keys=False, width=1000)
     return "\n".join(head) + "\n" + body

@@ -44,7 +44,6 @@ RUNNER_ONLY_STEPS = {
     "free-disk": "deletes the runner's preinstalled SDKs and prunes every docker image",
     "cosign-sign": "keyless signing needs the workflow's OIDC token and Sigstore",
 }
-OIDC_ISSUER = "https://token.actions.githubusercontent.com"
 # Preinstalled SDKs on GitHub's Ubuntu runners that a CUDA image build does not need (~30 GB).
 CLEANUP_PATHS = (
     "/usr/share/dotnet",
@@ -273,20 +272,18 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
 def verify_summary(profile: str, image: str, repository: str) -> str:
     """Markdown for the sign job: how to check the signature and provenance of `image`
     (REG/mtp-verl@sha256:...) before pulling it."""
-    identity = f"^https://github.com/{repository}/.github/workflows/images.yml@"
-    owner = repository.split("/", 1)[0]
-    return "\n".join(
-        [
-            f"### {profile}: signed",
-            "",
-            "Verify before pulling:",
-            "",
-            "```bash",
-            f"cosign verify {image} \\",
-            f"  --certificate-identity-regexp '{identity}' \\",
-            f"  --certificate-oidc-issuer {OIDC_ISSUER}",
-            f"gh attestation verify oci://{image} --owner {owner}",
-            "```",
-            "",
-        ]
-    )
+    from mtpimage.outputs.signature import verify_commands
+
+    lines = [f"### {profile}: signed", "", "Verify before pulling:", "", "```bash"]
+    lines += [*verify_commands(image, repository), "```", ""]
+    name, _, digest = image.partition("@")
+    lines += [
+        "Job scripts pinned to this digest, with these checks in their head:",
+        "",
+        "```bash",
+        f"python build.py explain --profile {profile} --target rl --cluster slurm "
+        f"--registry {name.rsplit('/', 1)[0]} --digest {digest} --signed-by {repository}",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

@@ -155,3 +155,64 @@ def test_verify_summary_names_digest_identity_and_issuer():
     )
     assert "--certificate-oidc-issuer https://token.actions.githubusercontent.com" in proc.stdout
     assert f"gh attestation verify oci://{image} --owner Acme" in proc.stdout
+    assert (
+        f"python build.py explain --profile mtp-detach --target rl --cluster slurm --registry ghcr.io/acme "
+        f"--digest sha256:{'ab' * 32} --signed-by Acme/builder" in proc.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    "cluster,extra",
+    [("slurm", []), ("apptainer", []), ("slurm", ["--nodes", "2"]), ("kuberay", ["--nodes", "2"])],
+)
+def test_job_scripts_say_how_to_verify_the_digest_before_pulling(cluster, extra):
+    digest = "sha256:" + "cd" * 32
+    args = ["explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", cluster, *extra]
+    args += ["--registry", "ghcr.io/acme", "--digest", digest, "--signed-by", "Acme/builder"]
+    proc = run_main(*args)
+    assert proc.returncode == 0, proc.stderr
+    head = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+    image = f"ghcr.io/acme/mtp-verl@{digest}"
+    assert f"#   cosign verify {image} \\" in head
+    assert (
+        "#     --certificate-identity-regexp '^https://github.com/Acme/builder/.github/workflows/images.yml@' \\"
+        in head
+    )
+    assert f"#   gh attestation verify oci://{image} --owner Acme" in head
+
+
+def test_job_script_without_a_signer_names_the_placeholder_and_the_fix(monkeypatch):
+    monkeypatch.delenv("MTP_SIGNED_BY", raising=False)
+    digest = "sha256:" + "cd" * 32
+    proc = run_main(
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        "ghcr.io/acme",
+        "--digest",
+        digest,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "github.com/OWNER/REPO/.github/workflows/images.yml@" in proc.stdout
+    assert "--signed-by or MTP_SIGNED_BY fills it in" in proc.stdout
+    bad = run_main(
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        "ghcr.io/acme",
+        "--digest",
+        digest,
+        "--signed-by",
+        "no-slash",
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--signed-by" in bad.stderr
