@@ -22,8 +22,15 @@ preload, nothing else. run_checks.py runs two (README, "In-image checks"):
     first); otherwise `suspect`, and run_checks.py imports it again in a fresh interpreter,
     as it does with every failure.
 
+  A module sent `after` (`module NAME after`) is one that loads only once the preload did, as
+  its own package always imports it (a torch C++ extension: it NEEDs libc10.so without a
+  path): its child is a fresh interpreter that ran `import torch, NAME`, so it need not ask
+  for the preload itself.
+
 Job on stdin, one item a line: `timeout SECONDS`, `jobs N`, `tmp DIR`, `preload NAME`...,
-`handoff NAME`..., `start`, then `module NAME` lines as they come, until stdin closes.
+`handoff NAME`..., `start`, then `module NAME [PREFIX|after]` lines as they come, until stdin
+closes. NAME may be several modules joined by commas, imported in that order in one child
+(an entry check's module and what it also imports).
 Output on the stdout this process started with (anything the imports print goes to stderr),
 one tab-separated line each:
     ready     fallback REASON     done
@@ -144,17 +151,21 @@ class Watch:
         return "ok", ""
 
 
-def child(module, job, result_path, log_path, expect=None):
-    """In the forked child: import `module`, write `KIND\\nDETAIL` to result_path, exit."""
+def child(module, job, result_path, log_path, expect=None, after=False):
+    """In the forked child: import `module` (comma-joined: each in turn), write
+    `KIND\\nDETAIL` to result_path, exit."""
     os.setpgid(0, 0)  # the server kills the whole group of a hung child
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     watch = Watch(job, result_path, builtins.__import__, expect)
+    if after:
+        watch.pending.clear()  # imported after the preload, as its package imports it
     builtins.__import__ = watch
     try:
-        __import__(module)
+        for name in module.split(","):
+            __import__(name)
         kind, detail = watch.verdict()
     except SystemExit as exc:
         # `python -c "import m"` exits 0 when m calls sys.exit(0) or sys.exit()
@@ -200,7 +211,7 @@ class Server:
         for path in mapped_libraries() if job["preload"] else ():
             self.libraries.setdefault(library_stem(path), set()).add(path)
 
-    def start(self, module, expect=None):
+    def start(self, module, expect=None, after=False):
         self.count += 1
         result_path = os.path.join(self.job["tmp"], f"{self.count}.result")
         log_path = os.path.join(self.job["tmp"], f"{self.count}.log")
@@ -208,7 +219,7 @@ class Server:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            child(module, self.job, result_path, log_path, expect)
+            child(module, self.job, result_path, log_path, expect, after)
         try:
             os.setpgid(pid, pid)  # also here: a kill before the child ran its own setpgid
         except OSError:  # the child did it first, or is gone already
@@ -256,9 +267,12 @@ class Server:
     def submit(self, module, prefix):
         """Fork a child for `module`; `prefix`: the file its bare child wrote when it asked for
         the preload, if it did."""
-        if module in sys.modules:
+        if any(name in sys.modules for name in module.split(",")):
             # imported by the preload: cannot be checked alone here
             self.say("result", module, "suspect", "0", "imported by the preload")
+            return
+        if prefix == "after":
+            self.start(module, after=True)
             return
         expect = None
         if prefix:

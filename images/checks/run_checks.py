@@ -170,13 +170,14 @@ def _import_one(module: str, timeout: float | None = None) -> tuple[str, int, st
 # libtorch*.so without a path to them: it loads only once torch did, as its own package always
 # does first. Imported alone it fails with exactly this; then it is imported after torch.
 _TORCH_LIBS = re.compile(r"lib(c10|torch)[a-z0-9_]*\.so[.0-9]*: cannot open shared object file")
+EXTENSION_BASE = "torch"  # what such a module is imported after
 
 
 def import_fresh(module: str, timeout: float, why: str = "fresh") -> Imported:
     started = time.monotonic()
     _m, rc, last = _import_one(module, timeout)
-    if rc > 0 and _TORCH_LIBS.search(last) and module != "torch":
-        _m, rc, after = _import_one(f"torch, {module}", timeout)
+    if rc > 0 and _TORCH_LIBS.search(last) and module != EXTENSION_BASE:
+        _m, rc, after = _import_one(f"{EXTENSION_BASE}, {module}", timeout)
         last = "a torch C++ extension: imported after torch" if rc == 0 else after
     if rc < 0:
         last = f"crashed: {_signal_name(-rc)}" + (f" ({last})" if last else "")
@@ -259,6 +260,7 @@ class ImportRun:
 
     def __init__(self, modules: list[str], preload: list[str], timeout: float, jobs: int):
         self.modules, self.preload, self.timeout, self.jobs = modules, preload, timeout, jobs
+        self.check_preload = True  # the preload alone, fresh, like any module
         self.forked: dict[str, Imported] = {}
         self.fresh_runs: dict[str, concurrent.futures.Future] = {}
         self.notes: list[str] = []
@@ -280,6 +282,15 @@ class ImportRun:
             self.forked[module] = Imported(True, "", f"fork:{server.name}", float(seconds))
         elif kind == "needs" and heavy is not None and heavy.send(module, detail.partition(" ")[2]):
             pass  # asked for the heavy base: the server that preloaded it imports it
+        elif (
+            kind == "fail"
+            and server is not heavy
+            and heavy is not None
+            and EXTENSION_BASE in self.preload
+            and _TORCH_LIBS.search(detail)
+            and heavy.send(module, "after")
+        ):
+            pass  # a torch C++ extension: imported after torch, as import_fresh does
         else:
             said = _from_server(kind, seconds, detail)
             self.fresh(module, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
@@ -314,7 +325,7 @@ class ImportRun:
         rest = [m for m in self.modules if m not in self.preload]
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as self.pool:
             with tempfile.TemporaryDirectory(prefix="mtp-imports-") as tmp:
-                for module in self.preload:  # checked like any module: alone, fresh
+                for module in self.preload if self.check_preload else ():
                     self.fresh(module, "fresh: preloaded")
                 events: queue.Queue = queue.Queue()
                 os.makedirs(os.path.join(tmp, "bare"))
@@ -339,12 +350,22 @@ class ImportRun:
 
 
 def import_modules(
-    modules: list[str], preload=None, timeout: float | None = None, jobs: int | None = None
+    modules: list[str],
+    preload=None,
+    timeout: float | None = None,
+    jobs: int | None = None,
+    check_preload: bool = True,
 ) -> tuple[dict[str, Imported], dict]:
-    """Each module's verdict, imported alone, and how they were reached (the preload, notes)."""
+    """Each module's verdict, imported alone, and how they were reached (the preload, notes).
+    check_preload=False: the preload is a base the modules build on, not one of them (any
+    installed one is preloaded, and not checked here)."""
     timeout = IMPORT_TIMEOUT if timeout is None else timeout
     jobs = jobs or min(8, os.cpu_count() or 2)
-    preload = [p for p in (preload_names() if preload is None else preload) if p in modules]
+    preload = [
+        p
+        for p in (preload_names() if preload is None else preload)
+        if (p in modules if check_preload else importlib.util.find_spec(p) is not None)
+    ]
     if os.environ.get("MTP_IMPORT_FORK", "1") == "0":
         # the way before the fork servers: one fresh interpreter per module (bench/imports.py)
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
@@ -354,6 +375,7 @@ def import_modules(
                 "notes": ["MTP_IMPORT_FORK=0"],
             }
     run = ImportRun(modules, preload, timeout, jobs)
+    run.check_preload = check_preload
     verdicts = run.run()
     return verdicts, {"preload": preload, "notes": run.notes}
 
@@ -901,13 +923,21 @@ def _timed(cid: str, started: float, rc: int, detail: str) -> dict:
     return {**out, "seconds": round(time.monotonic() - started, 3)}
 
 
-def entry_import(e: dict) -> dict:
-    """A `code` check, or the imports of a `module` check, in its own interpreter."""
+def _import_names(e: dict) -> list[str]:
+    return [e["module"], *(e.get("also_import") or ())]
+
+
+def entry_import(e: dict, forked: Imported | None = None) -> dict:
+    """A `code` check, or the imports of a `module` check, in its own interpreter; `forked`:
+    the imports' verdict from the import check's fork servers, which stands when it is ok."""
+    if forked is not None and forked.ok:
+        detail = f"import {', '.join(_import_names(e))} ({forked.how})"
+        return {**result(f"entry:{e['id']}:import", PASS, detail), "seconds": round(forked.seconds, 3)}
     started = time.monotonic()
     if e.get("code"):
         rc, last = _run_py(["-c", e["code"]])
         return _timed(f"entry:{e['id']}", started, rc, "ok" if rc == 0 else last)
-    names = [e["module"], *(e.get("also_import") or ())]
+    names = _import_names(e)
     rc, last = _run_py(["-c", "; ".join(f"import {m}" for m in names)])
     detail = f"import {', '.join(names)}" + ("" if rc == 0 else f": {last}")
     return _timed(f"entry:{e['id']}:import", started, rc, detail)
@@ -928,10 +958,12 @@ def entry_config(e: dict) -> dict:
     return _timed(f"entry:{e['id']}:config", started, rc, detail if rc == 0 else f"{detail}: {last}")
 
 
+def _omitted(vector: dict) -> set[str]:
+    return {s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"}
+
+
 def _entries(vector: dict, group: str, run_one) -> list[dict]:
-    omitted = {
-        s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"
-    }
+    omitted = _omitted(vector)
     entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
     if group == "entrypoints":
         entries = [e for e in entries if e.get("module")]
@@ -954,7 +986,21 @@ def _entries(vector: dict, group: str, run_one) -> list[dict]:
 
 
 def check_entry_imports(vector: dict) -> list[dict]:
-    return _entries(vector, "entry-imports", entry_import)
+    """A `module` check's imports go to the import check's fork servers first (each a child
+    that is a fresh interpreter, torch preloaded when they ask for it), as one comma-joined
+    item; what a child cannot vouch for runs in its own interpreter, whose verdict counts."""
+    omitted = _omitted(vector)
+    entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
+    joined = {
+        e["id"]: ",".join(_import_names(e))
+        for e in entries
+        if e.get("module") and not omitted.intersection(e.get("needs", []))
+    }
+    forked: dict[str, Imported] = {}
+    if joined and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
+        verdicts, _info = import_modules(sorted(set(joined.values())), check_preload=False)
+        forked = {eid: verdicts[names] for eid, names in joined.items() if names in verdicts}
+    return _entries(vector, "entry-imports", lambda e: entry_import(e, forked.get(e["id"])))
 
 
 def check_entrypoints(vector: dict) -> list[dict]:
@@ -973,7 +1019,7 @@ REUSABLE = {
     "pip-check": (("run_checks.py",), ("resolution", "components")),
     "versions": (("run_checks.py",), ("components", "packages", "python_packages", "substitutions")),
     "probes": (("run_checks.py",), ("probes", "components")),
-    "entry-imports": (("run_checks.py",), ("components", "substitutions")),
+    "entry-imports": (("run_checks.py", "import_server.py"), ("components", "substitutions")),
 }
 
 

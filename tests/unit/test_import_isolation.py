@@ -16,6 +16,12 @@ from mtpimage.build.render import IMAGES_DIR
 
 CHECKS = IMAGES_DIR / "checks"
 
+CEXT = (
+    "import sys\n"
+    "if 'basepkg' not in sys.modules:\n"
+    "    raise ImportError('libc10.so: cannot open shared object file: No such file or directory')\n"
+    "{after}"
+)
 FAKES = {
     "good.py": "import json\n",
     "bad.py": "raise ImportError('nope')\n",
@@ -40,6 +46,10 @@ FAKES = {
     "env_then_base.py": "import os\nos.environ['BASEPKG_BREAK'] = '1'\nimport basepkg\n",
     "peeks.py": "import sys\nif 'basepkg' not in sys.modules:\n    raise ImportError('basepkg first')\nimport basepkg\n",
     "brokenbase.py": "raise RuntimeError('the preload itself is broken')\n",
+    # a C++ extension of the preload (apex's amp_C on torch): loads only after it, as its
+    # package always imports it; one that fails after the preload too
+    "cext.py": CEXT.format(after=""),
+    "cext_broken.py": CEXT.format(after="raise ImportError('undefined symbol: _ZN3c10')\n"),
     "uses_broken.py": "import brokenbase\n",
 }
 
@@ -207,6 +217,7 @@ def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc, tmp
         ("entry:trainer:import", "pass"),
     ]
     assert results[2]["detail"] == "no trainer"
+    assert results[3]["detail"] == "import faketrainer.main (fork:bare)"  # a fork server's child
     assert all(isinstance(r["seconds"], float) for r in (results[0], results[2]))
     # the config half reads the mode layer: only module checks, in the always-run group
     assert [r["id"] for r in rc.check_entrypoints(vector)] == ["entry:trainer:config"]
@@ -263,3 +274,51 @@ def test_the_composed_config_refuses_an_override_key_it_does_not_have(rc, tmp_pa
     overrides.write_text("model.mtp.no_such_key=True\n")
     out = rc.entry_config(e)
     assert out["status"] == "fail" and "no_such_key" in out["detail"], out
+
+
+def test_a_cpp_extension_of_the_preload_is_forked_after_it_not_started_afresh(rc, site, monkeypatch):
+    """As import_fresh imports it after torch (`import torch, amp_C`), but in a child of the
+    server that preloaded it: no interpreter and torch start-up per extension module."""
+    monkeypatch.setattr(rc, "EXTENSION_BASE", "basepkg")
+    verdicts, _ = _imports(rc, ["cext", "cext_broken", "good"])
+    assert verdicts["cext"].ok and verdicts["cext"].how == "fork:heavy"
+    assert not verdicts["cext_broken"].ok and "undefined symbol" in verdicts["cext_broken"].detail
+    assert verdicts["cext_broken"].how.startswith("fresh after fork:heavy said fail")
+    # a preload that is not what it extends: imported afresh (after torch, absent here)
+    monkeypatch.setattr(rc, "EXTENSION_BASE", "torch")
+    verdicts, _ = _imports(rc, ["cext"])
+    assert not verdicts["cext"].ok and verdicts["cext"].how.startswith("fresh after fork:bare said fail")
+
+
+def test_several_modules_joined_by_commas_are_imported_in_one_child_in_order(rc, site):
+    verdicts, _ = _imports(rc, ["good,user", "user,bad", "good"])
+    assert verdicts["good,user"].ok and verdicts["good,user"].how == "fork:heavy"
+    assert not verdicts["user,bad"].ok and "nope" in verdicts["user,bad"].detail
+
+
+def test_an_entry_import_a_fork_cannot_vouch_for_runs_in_its_own_interpreter(rc, tmp_path, monkeypatch):
+    pkg = _trainer(tmp_path, monkeypatch, decorated=True)
+    (pkg / "broken.py").write_text("raise ImportError('the trainer cannot start')\n")
+    vector = {
+        "components": [
+            {
+                "entry_checks": [
+                    {
+                        "id": "t",
+                        "module": "faketrainer.main",
+                        "also_import": ["faketrainer.broken"],
+                        "target": "rl",
+                    },
+                ]
+            }
+        ]
+    }
+    (out,) = rc.check_entry_imports(vector)
+    assert out["status"] == "fail"
+    assert (
+        out["detail"] == "import faketrainer.main, faketrainer.broken: ImportError: the trainer cannot start"
+    )
+    monkeypatch.setenv("MTP_IMPORT_FORK", "0")  # the old way: every entry in its own interpreter
+    (pkg / "broken.py").write_text("")
+    (out,) = rc.check_entry_imports(vector)
+    assert out == {**out, "status": "pass", "detail": "import faketrainer.main, faketrainer.broken"}
