@@ -30,7 +30,8 @@ preload, nothing else. run_checks.py runs two (README, "In-image checks"):
 Job on stdin, one item a line: `timeout SECONDS`, `jobs N`, `tmp DIR`, `preload NAME`...,
 `handoff NAME`..., `start`, then `module NAME [PREFIX|after]` lines as they come, until stdin
 closes. NAME may be several modules joined by commas, imported in that order in one child
-(an entry check's module and what it also imports).
+(an entry check's module and what it also imports), or `code:HEX`: the child runs that code
+as `python -c` would (an entry check's code, UTF-8 in hex).
 Output on the stdout this process started with (anything the imports print goes to stderr),
 one tab-separated line each:
     ready     fallback REASON     done
@@ -164,8 +165,14 @@ def child(module, job, result_path, log_path, expect=None, after=False):
         watch.pending.clear()  # imported after the preload, as its package imports it
     builtins.__import__ = watch
     try:
-        for name in module.split(","):
-            __import__(name)
+        if module.startswith("code:"):
+            # `python -c CODE` (an entry check); hex, since the line protocol and a fresh
+            # interpreter's modules carry no other decoder
+            code = bytes.fromhex(module[len("code:") :]).decode()
+            exec(compile(code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+        else:
+            for name in module.split(","):
+                __import__(name)
         kind, detail = watch.verdict()
     except SystemExit as exc:
         # `python -c "import m"` exits 0 when m calls sys.exit(0) or sys.exit()
@@ -267,7 +274,7 @@ class Server:
     def submit(self, module, prefix):
         """Fork a child for `module`; `prefix`: the file its bare child wrote when it asked for
         the preload, if it did."""
-        if any(name in sys.modules for name in module.split(",")):
+        if not module.startswith("code:") and any(name in sys.modules for name in module.split(",")):
             # imported by the preload: cannot be checked alone here
             self.say("result", module, "suspect", "0", "imported by the preload")
             return

@@ -931,6 +931,11 @@ def entry_import(e: dict, forked: Imported | None = None) -> dict:
     """A `code` check, or the imports of a `module` check, in its own interpreter; `forked`:
     the imports' verdict from the import check's fork servers, which stands when it is ok."""
     if forked is not None and forked.ok:
+        if e.get("code"):
+            return {
+                **result(f"entry:{e['id']}", PASS, f"ok ({forked.how})"),
+                "seconds": round(forked.seconds, 3),
+            }
         detail = f"import {', '.join(_import_names(e))} ({forked.how})"
         return {**result(f"entry:{e['id']}:import", PASS, detail), "seconds": round(forked.seconds, 3)}
     started = time.monotonic()
@@ -986,15 +991,16 @@ def _entries(vector: dict, group: str, run_one) -> list[dict]:
 
 
 def check_entry_imports(vector: dict) -> list[dict]:
-    """A `module` check's imports go to the import check's fork servers first (each a child
-    that is a fresh interpreter, torch preloaded when they ask for it), as one comma-joined
-    item; what a child cannot vouch for runs in its own interpreter, whose verdict counts."""
+    """A `code` check's code and a `module` check's imports go to the import check's fork
+    servers first (each a child that is a fresh interpreter, torch preloaded when it asks for
+    it), one item each; what a child cannot vouch for runs in its own interpreter, whose
+    verdict counts."""
     omitted = _omitted(vector)
     entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
     joined = {
-        e["id"]: ",".join(_import_names(e))
+        e["id"]: "code:" + e["code"].encode().hex() if e.get("code") else ",".join(_import_names(e))
         for e in entries
-        if e.get("module") and not omitted.intersection(e.get("needs", []))
+        if (e.get("module") or e.get("code")) and not omitted.intersection(e.get("needs", []))
     }
     forked: dict[str, Imported] = {}
     if joined and os.environ.get("MTP_IMPORT_FORK", "1") != "0":

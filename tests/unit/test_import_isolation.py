@@ -216,7 +216,8 @@ def test_entry_checks_run_side_by_side_each_with_its_time_in_their_order(rc, tmp
         ("entry:broken", "fail"),
         ("entry:trainer:import", "pass"),
     ]
-    assert results[2]["detail"] == "no trainer"
+    assert results[2]["detail"] == "no trainer"  # the fork failed it; its own interpreter said why
+    assert results[0]["detail"] == "ok (fork:bare)"  # code, run by a fork server's child
     assert results[3]["detail"] == "import faketrainer.main (fork:bare)"  # a fork server's child
     assert all(isinstance(r["seconds"], float) for r in (results[0], results[2]))
     # the config half reads the mode layer: only module checks, in the always-run group
@@ -322,3 +323,26 @@ def test_an_entry_import_a_fork_cannot_vouch_for_runs_in_its_own_interpreter(rc,
     (pkg / "broken.py").write_text("")
     (out,) = rc.check_entry_imports(vector)
     assert out == {**out, "status": "pass", "detail": "import faketrainer.main, faketrainer.broken"}
+
+
+def test_entry_code_runs_in_a_child_as_python_c_would(rc, site, monkeypatch):
+    monkeypatch.setenv("MTP_IMPORT_PRELOAD", "basepkg")
+    code = "import sys; assert __name__ == '__main__' and 'run_checks' not in sys.modules; import user"
+    vector = {
+        "components": [
+            {
+                "entry_checks": [
+                    {"id": "c", "code": code},
+                    {"id": "exits", "code": "import sys; sys.exit(0)"},
+                    {"id": "multi", "code": "import json\nfor i in range(2):\n    json.dumps(i)\n"},
+                ]
+            }
+        ]
+    }
+    results = rc.check_entry_imports(vector)
+    assert [(r["id"], r["status"]) for r in results] == [
+        ("entry:c", "pass"),
+        ("entry:exits", "pass"),
+        ("entry:multi", "pass"),
+    ]
+    assert results[0]["detail"] == "ok (fork:heavy)"  # it asked for basepkg: the preloading server
