@@ -327,6 +327,7 @@ def test_an_entry_import_a_fork_cannot_vouch_for_runs_in_its_own_interpreter(rc,
 
 def test_entry_code_runs_in_a_child_as_python_c_would(rc, site, monkeypatch):
     monkeypatch.setenv("MTP_IMPORT_PRELOAD", "basepkg")
+    monkeypatch.syspath_prepend(str(site))  # found here, as the image's checks find torch
     code = "import sys; assert __name__ == '__main__' and 'run_checks' not in sys.modules; import user"
     vector = {
         "components": [
