@@ -92,7 +92,7 @@ def verdicts(results: list[dict]) -> dict[str, str]:
 def compare(image: str, old: Path, new: Path, reps: int) -> dict:
     """Old vs new on one image, interleaved rep by rep (the machine's load moves)."""
     t = {k: [] for k in ("old_all", "new_all", "old_imports", "new_imports", "new_mode_layer_only")}
-    agree, last, only = True, {}, {}
+    agree, last, only, differ = True, {}, {}, {}
     for rep in range(reps):
         log(f"{image} rep {rep + 1}/{reps}")
         t["old_all"].append((dt := in_image(image, old))[0])
@@ -101,7 +101,8 @@ def compare(image: str, old: Path, new: Path, reps: int) -> dict:
         new_results = dt[1]
         vo, vn = verdicts(old_results), verdicts(new_results)
         # checks added since the old revision (gpu-imports) have no old verdict to agree with
-        agree &= all(vo[k] == vn[k] for k in vo.keys() & vn.keys())
+        differ = {k: {"old": vo[k], "new": vn[k]} for k in sorted(vo.keys() & vn.keys()) if vo[k] != vn[k]}
+        agree &= not differ
         only = {"old": sorted(vo.keys() - vn.keys()), "new": sorted(vn.keys() - vo.keys())}
         t["old_imports"].append(in_image(image, old, "--only", "imports")[0])
         t["new_imports"].append(in_image(image, new, "--only", "imports")[0])
@@ -119,6 +120,7 @@ def compare(image: str, old: Path, new: Path, reps: int) -> dict:
         "ratio_mode_layer_only": med["old_all"] / med["new_mode_layer_only"],
         "verdicts_agree": agree,
         "checks_on_one_side": only,
+        "verdicts_differ": differ,
         "reused_groups": sorted({r["group"] for r in last["reused"] if r["status"] == "reused"}),
         "new_per_check": {r["id"]: r.get("seconds") for r in last["new"]},
         "imports_detail": next(r["detail"] for r in last["new"] if r["id"] == "imports"),

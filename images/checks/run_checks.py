@@ -415,12 +415,20 @@ def discover_modules() -> tuple[dict[str, str], list[str]]:
     return modules, absent
 
 
-def check_imports() -> list[dict]:
+# The entry checks' items that the import check's fork servers judged along with the modules
+# (run(): when both groups run, one pool keeps both cores busy to the end, and one torch
+# preload serves both); check_entry_imports reports them.
+PREFETCHED: dict[str, Imported] = {}
+
+
+def check_imports(entry_items: tuple[str, ...] = ()) -> list[dict]:
+    """entry_items: also judge these (the entry checks' items, first: the slowest ones)."""
     skips = skip_list()
     modules, absent = discover_modules()
     todo = sorted(m for m in modules if m.split(".")[0] not in skips)
     skipped = sorted(m for m in modules if m.split(".")[0] in skips)
-    verdicts, info = import_modules(todo + skipped)
+    verdicts, info = import_modules([*entry_items, *todo, *skipped])
+    PREFETCHED.update({item: verdicts.pop(item) for item in entry_items if item in verdicts})
     failures = [f"{m} ({modules[m]}): {verdicts[m].detail}" for m in todo if not verdicts[m].ok]
     # the skip list proves itself: a skipped module that imports fine is a stale entry
     failures += [
@@ -435,6 +443,8 @@ def check_imports() -> list[dict]:
         detail += f"; listed in top_level.txt but not shipped: {', '.join(sorted(absent))}"
     if verdicts:
         detail += "; " + _how(verdicts, info)
+    if entry_items:
+        detail += f"; the same servers judged the {len(entry_items)} entry checks' imports (reported there)"
     if failures:
         return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures), len(todo))]
     return [result("imports", PASS, detail, len(todo))]
@@ -995,18 +1005,24 @@ def check_entry_imports(vector: dict) -> list[dict]:
     servers first (each a child that is a fresh interpreter, torch preloaded when it asks for
     it), one item each; what a child cannot vouch for runs in its own interpreter, whose
     verdict counts."""
+    joined = entry_items(vector)
+    todo = sorted(set(joined.values()) - PREFETCHED.keys())
+    verdicts = dict(PREFETCHED)
+    if todo and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
+        verdicts.update(import_modules(todo, check_preload=False)[0])
+    forked = {eid: verdicts[item] for eid, item in joined.items() if item in verdicts}
+    return _entries(vector, "entry-imports", lambda e: entry_import(e, forked.get(e["id"])))
+
+
+def entry_items(vector: dict) -> dict[str, str]:
+    """entry id -> its item for the fork servers: `code:HEX`, or the comma-joined imports."""
     omitted = _omitted(vector)
     entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
-    joined = {
+    return {
         e["id"]: "code:" + e["code"].encode().hex() if e.get("code") else ",".join(_import_names(e))
         for e in entries
         if (e.get("module") or e.get("code")) and not omitted.intersection(e.get("needs", []))
     }
-    forked: dict[str, Imported] = {}
-    if joined and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
-        verdicts, _info = import_modules(sorted(set(joined.values())), check_preload=False)
-        forked = {eid: verdicts[names] for eid, names in joined.items() if names in verdicts}
-    return _entries(vector, "entry-imports", lambda e: entry_import(e, forked.get(e["id"])))
 
 
 def check_entrypoints(vector: dict) -> list[dict]:
@@ -1073,8 +1089,17 @@ def run(
 ) -> list[dict]:
     """reuse: group -> the inputs digests the host holds results for (--reuse)."""
     vector = json.loads(VECTOR.read_text())
+    reuse = reuse or {}
+    PREFETCHED.clear()
+
+    def runs(gid: str) -> bool:
+        return (not only or gid in only) and inputs_digest(gid, vector) not in reuse.get(gid, ())
+
+    shared = ()
+    if runs("imports") and runs("entry-imports") and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
+        shared = tuple(dict.fromkeys(entry_items(vector).values()))
     groups = [
-        ("imports", check_imports),
+        ("imports", lambda: check_imports(shared)),
         ("pip-check", lambda: check_pip(vector)),
         ("versions", lambda: check_versions(vector)),
         ("probes", lambda: check_probes(vector)),
@@ -1089,7 +1114,7 @@ def run(
     for gid, fn in groups:
         if only and gid not in only:
             continue
-        results.extend(run_group(gid, fn, inputs_digest(gid, vector), reuse or {}))
+        results.extend(run_group(gid, fn, inputs_digest(gid, vector), reuse))
     return results
 
 

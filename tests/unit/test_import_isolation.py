@@ -7,6 +7,7 @@ initialises CUDA falls back to fresh interpreters."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import textwrap
 
@@ -347,3 +348,21 @@ def test_entry_code_runs_in_a_child_as_python_c_would(rc, site, monkeypatch):
         ("entry:multi", "pass"),
     ]
     assert results[0]["detail"] == "ok (fork:heavy)"  # it asked for basepkg: the preloading server
+
+
+def test_when_both_run_the_import_check_judges_the_entry_items_in_the_same_pool(
+    rc, site, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MTP_IMPORT_PRELOAD", "basepkg")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(rc, "discover_modules", lambda: ({"good": "good", "basepkg": "basepkg"}, []))
+    vector = tmp_path / "version.json"
+    vector.write_text(json.dumps({"components": [{"entry_checks": [{"id": "c", "code": "import user"}]}]}))
+    monkeypatch.setattr(rc, "VECTOR", vector)
+    both = {r["id"]: r for r in rc.run(only=["imports", "entry-imports"])}
+    assert both["imports"]["status"] == "pass"
+    assert "the same servers judged the 1 entry checks' imports" in both["imports"]["detail"]
+    assert both["entry:c"]["status"] == "pass" and both["entry:c"]["detail"] == "ok (fork:heavy)"
+    alone = {r["id"]: r for r in rc.run(only=["entry-imports"])}  # the import check reused: its own run
+    assert alone["entry:c"]["detail"] == "ok (fork:heavy)"
+    assert rc.PREFETCHED == {}
