@@ -181,38 +181,19 @@ def test_job_scripts_say_how_to_verify_the_digest_before_pulling(cluster, extra)
     assert f"#   gh attestation verify oci://{image} --owner Acme" in head
 
 
+def _slurm_job(digest: str, *extra: str):
+    return run_main(
+        "explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm",
+        "--registry", "ghcr.io/acme", "--digest", digest, *extra,
+    )  # fmt: skip
+
+
 def test_job_script_without_a_signer_names_the_placeholder_and_the_fix(monkeypatch):
     monkeypatch.delenv("MTP_SIGNED_BY", raising=False)
     digest = "sha256:" + "cd" * 32
-    proc = run_main(
-        "explain",
-        "--profile",
-        "mtp-detach",
-        "--target",
-        "rl",
-        "--cluster",
-        "slurm",
-        "--registry",
-        "ghcr.io/acme",
-        "--digest",
-        digest,
-    )
+    proc = _slurm_job(digest)
     assert proc.returncode == 0, proc.stderr
     assert "github.com/OWNER/REPO/.github/workflows/images.yml@" in proc.stdout
     assert "--signed-by or MTP_SIGNED_BY fills it in" in proc.stdout
-    bad = run_main(
-        "explain",
-        "--profile",
-        "mtp-detach",
-        "--target",
-        "rl",
-        "--cluster",
-        "slurm",
-        "--registry",
-        "ghcr.io/acme",
-        "--digest",
-        digest,
-        "--signed-by",
-        "no-slash",
-    )
+    bad = _slurm_job(digest, "--signed-by", "no-slash")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--signed-by" in bad.stderr
