@@ -138,6 +138,11 @@ SERVER_GRACE = 60.0
 Imported = collections.namedtuple("Imported", "ok detail how seconds")
 
 
+def forking() -> bool:
+    """The fork servers; MTP_IMPORT_FORK=0 is the way before: a fresh interpreter each."""
+    return os.environ.get("MTP_IMPORT_FORK", "1") != "0"
+
+
 def preload_names() -> tuple[str, ...]:
     env = os.environ.get("MTP_IMPORT_PRELOAD")
     return PRELOAD if env is None else tuple(env.replace(",", " ").split())
@@ -258,9 +263,11 @@ class ImportRun:
     vouch for (failure, crash, hang, suspect), and every module a server left, again in a
     fresh interpreter, whose verdict is the one reported."""
 
-    def __init__(self, modules: list[str], preload: list[str], timeout: float, jobs: int):
+    def __init__(
+        self, modules: list[str], preload: list[str], timeout: float, jobs: int, check_preload: bool = True
+    ):
         self.modules, self.preload, self.timeout, self.jobs = modules, preload, timeout, jobs
-        self.check_preload = True  # the preload alone, fresh, like any module
+        self.check_preload = check_preload  # the preload alone, fresh, like any module
         self.forked: dict[str, Imported] = {}
         self.fresh_runs: dict[str, concurrent.futures.Future] = {}
         self.notes: list[str] = []
@@ -366,7 +373,7 @@ def import_modules(
         for p in (preload_names() if preload is None else preload)
         if (p in modules if check_preload else importlib.util.find_spec(p) is not None)
     ]
-    if os.environ.get("MTP_IMPORT_FORK", "1") == "0":
+    if not forking():
         # the way before the fork servers: one fresh interpreter per module (bench/imports.py)
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             futures = {m: pool.submit(import_fresh, m, timeout) for m in modules}
@@ -374,8 +381,7 @@ def import_modules(
                 "preload": [],
                 "notes": ["MTP_IMPORT_FORK=0"],
             }
-    run = ImportRun(modules, preload, timeout, jobs)
-    run.check_preload = check_preload
+    run = ImportRun(modules, preload, timeout, jobs, check_preload)
     verdicts = run.run()
     return verdicts, {"preload": preload, "notes": run.notes}
 
@@ -942,12 +948,10 @@ def entry_import(e: dict, forked: Imported | None = None) -> dict:
     the imports' verdict from the import check's fork servers, which stands when it is ok."""
     if forked is not None and forked.ok:
         if e.get("code"):
-            return {
-                **result(f"entry:{e['id']}", PASS, f"ok ({forked.how})"),
-                "seconds": round(forked.seconds, 3),
-            }
-        detail = f"import {', '.join(_import_names(e))} ({forked.how})"
-        return {**result(f"entry:{e['id']}:import", PASS, detail), "seconds": round(forked.seconds, 3)}
+            cid, detail = f"entry:{e['id']}", "ok"
+        else:
+            cid, detail = f"entry:{e['id']}:import", f"import {', '.join(_import_names(e))}"
+        return {**result(cid, PASS, f"{detail} ({forked.how})"), "seconds": round(forked.seconds, 3)}
     started = time.monotonic()
     if e.get("code"):
         rc, last = _run_py(["-c", e["code"]])
@@ -973,13 +977,17 @@ def entry_config(e: dict) -> dict:
     return _timed(f"entry:{e['id']}:config", started, rc, detail if rc == 0 else f"{detail}: {last}")
 
 
+def entry_checks(vector: dict) -> list[dict]:
+    return [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
+
+
 def _omitted(vector: dict) -> set[str]:
     return {s["detail"].split("==", 1)[0] for s in vector.get("substitutions", []) if s["what"] == "omitted"}
 
 
 def _entries(vector: dict, group: str, run_one) -> list[dict]:
     omitted = _omitted(vector)
-    entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
+    entries = entry_checks(vector)
     if group == "entrypoints":
         entries = [e for e in entries if e.get("module")]
     out: dict[str, dict] = {}
@@ -1008,7 +1016,7 @@ def check_entry_imports(vector: dict) -> list[dict]:
     joined = entry_items(vector)
     todo = sorted(set(joined.values()) - PREFETCHED.keys())
     verdicts = dict(PREFETCHED)
-    if todo and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
+    if todo and forking():
         verdicts.update(import_modules(todo, check_preload=False)[0])
     forked = {eid: verdicts[item] for eid, item in joined.items() if item in verdicts}
     return _entries(vector, "entry-imports", lambda e: entry_import(e, forked.get(e["id"])))
@@ -1017,7 +1025,7 @@ def check_entry_imports(vector: dict) -> list[dict]:
 def entry_items(vector: dict) -> dict[str, str]:
     """entry id -> its item for the fork servers: `code:HEX`, or the comma-joined imports."""
     omitted = _omitted(vector)
-    entries = [e for comp in vector.get("components", []) for e in comp.get("entry_checks") or []]
+    entries = entry_checks(vector)
     return {
         e["id"]: "code:" + e["code"].encode().hex() if e.get("code") else ",".join(_import_names(e))
         for e in entries
@@ -1096,7 +1104,7 @@ def run(
         return (not only or gid in only) and inputs_digest(gid, vector) not in reuse.get(gid, ())
 
     shared = ()
-    if runs("imports") and runs("entry-imports") and os.environ.get("MTP_IMPORT_FORK", "1") != "0":
+    if runs("imports") and runs("entry-imports") and forking():
         shared = tuple(dict.fromkeys(entry_items(vector).values()))
     groups = [
         ("imports", lambda: check_imports(shared)),
