@@ -269,8 +269,9 @@ def _stream_build(
         def feed():
             try:
                 proc.stdin.write(context)
-            finally:
                 proc.stdin.close()
+            except OSError:  # the build ended before it read it all (interrupted): its status says why
+                pass
 
         # fed from a thread: a context larger than the pipe would block before any output is read
         feeder = threading.Thread(target=feed, daemon=True)
