@@ -35,7 +35,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from mtpimage import settings
+from mtpimage import children, settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
 from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed, build_options
@@ -56,7 +56,7 @@ def buildah_cli() -> tuple[str, str]:
             "buildah not found: the reproducible engine builds with it (fix: apt-get install buildah, "
             "as scripts/setup-test-host.sh does, or build with --engine docker)"
         )
-    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    proc = children.run([path, "--version"], capture_output=True, text=True, timeout=60)
     found = re.search(r"version (\S+)", proc.stdout)
     return path, found.group(1) if found else "?"
 
@@ -76,7 +76,7 @@ class Storage:
         return [cli, "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"), *args]
 
     def run(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout)
+        return children.run(self.argv(*args), capture_output=True, text=True, timeout=timeout)
 
     def close(self) -> None:
         remove_root(self.root, self)
@@ -92,7 +92,7 @@ def remove_root(root: Path, store: Storage | None = None) -> None:
         store.run("rm", "--all", timeout=300)
         store.run("rmi", "--all", "--force", timeout=300)
     for point in sorted(_mounts_under(root), reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)
+        children.run(["umount", "-l", point], capture_output=True, timeout=60)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -262,7 +262,7 @@ class BuildahEngine(DockerEngine):
             return
         from mtpimage.engine.dockerengine import candidates
 
-        with subprocess.Popen(
+        with children.spawn(
             [candidates()[0], "load", "--quiet"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mtpimage import settings
+from mtpimage import children, settings
 from mtpimage.build import buildlog
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -69,7 +69,7 @@ def candidates() -> list[str]:
 
 def _run(argv, env=None, timeout=60) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        return children.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
 
@@ -174,7 +174,7 @@ def docker(
         raise EnvironmentProblem(
             "no docker CLI found (fix: install docker, e.g. Debian's docker.io, or set MTP_DOCKER_CLI=PATH)"
         )
-    proc = subprocess.run([found[0], *args], capture_output=True, timeout=timeout, input=input)
+    proc = children.run([found[0], *args], capture_output=True, timeout=timeout, input=input)
     if proc.returncode != 0:
         down = unreachable(_text(proc.stderr))
         if down is not None:
@@ -262,7 +262,7 @@ def _stream_build(
     log = open(log_path, "wb") if log_path else None
     proc = None
     try:
-        proc = subprocess.Popen(
+        proc = children.spawn(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
 
@@ -291,22 +291,12 @@ def _stream_build(
         feeder.join(timeout=5)
     except BaseException:
         if proc is not None:
-            _end(proc)  # interrupted: the build must not outlive the tool (a SIGTERM reaches only us)
+            children.end(proc)  # interrupted: the build must not outlive the tool (a SIGTERM reaches only us)
         raise
     finally:
         if log:
             log.close()
     return proc.returncode, tail
-
-
-def _end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -419,7 +409,7 @@ class DockerEngine(ContainerEngine):
 
     def export(self, container: str) -> Iterator[bytes]:
         cli = candidates()[0]
-        with subprocess.Popen(
+        with children.spawn(
             [cli, "export", container], stdout=subprocess.PIPE, stderr=subprocess.PIPE
         ) as proc:
             while chunk := proc.stdout.read(1 << 20):

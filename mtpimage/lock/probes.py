@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ast
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
+from mtpimage import children
 from mtpimage.lock import sources
 from mtpimage.lock.probetable import probe_specs
 from mtpimage.lock.sources import SourceSet
@@ -235,7 +235,7 @@ def patch_paths(patch: Path, strip: int) -> list[str]:
 
 
 def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
-    proc = subprocess.run(
+    proc = children.run(
         [
             "patch",
             "--dry-run",
@@ -264,7 +264,7 @@ def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
                 (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, scratch / rel)
     for patch, strip in patches:
-        proc = subprocess.run(
+        proc = children.run(
             ["patch", "--batch", "--forward", f"-p{strip}", "-d", str(scratch), "-i", str(patch.resolve())],
             capture_output=True,
             text=True,

@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from mtpimage import netpolicy, settings
+from mtpimage import children, netpolicy, settings
 from mtpimage.errors import EnvironmentProblem
 
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
@@ -125,7 +125,7 @@ def _pip(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     if ca_bundle():
         cmd += ["--cert", ca_bundle()]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, env=pip_env(), timeout=timeout)
+        return children.run(cmd, capture_output=True, text=True, env=pip_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(cmd, 124, "", f"pip timed out after {timeout} s")
 

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pathlib import Path
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from mtpimage import netpolicy, settings
+from mtpimage import children, netpolicy, settings
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.lock import pydeps
 from mtpimage.lock.sources import cache_root
@@ -249,7 +248,7 @@ def resolve(
         offline = not settings.current().lock_refresh and bool(index_urls) and marker.is_file()
         proc = None
         for _ in range(64):  # each round names at least one more undated package; bounded anyway
-            proc = subprocess.run(
+            proc = children.run(
                 cmd + cutoff_args() + (["--offline"] if offline else []),
                 capture_output=True,
                 text=True,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpimage import netpolicy, settings
+from mtpimage import children, netpolicy, settings
 from mtpimage.errors import BuilderError, EnvironmentProblem
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -116,7 +116,7 @@ def git(
 ) -> subprocess.CompletedProcess:
     cmd = ["git"] + (["-C", str(cwd)] if cwd else []) + list(args)
     try:
-        return subprocess.run(
+        return children.run(
             cmd,
             capture_output=True,
             text=True,
@@ -419,7 +419,7 @@ def commit_diff(
 
     def run(*args: str) -> bytes:
         try:
-            proc = subprocess.run(
+            proc = children.run(
                 [*base_cmd, *args, base, head, "--", *paths],
                 capture_output=True,
                 env=env,

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from mtpimage import engine
+from mtpimage import children, engine
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.outputs.versionvector import VECTOR_PATH
 
@@ -40,7 +40,7 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
         with tempfile.TemporaryDirectory(prefix="mtp-export-") as tmp:
             root = Path(tmp) / "rootfs"
             root.mkdir()
-            untar = subprocess.Popen(
+            untar = children.spawn(
                 [tar, "-x", "-C", str(root), "--numeric-owner"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
             )
             try:
@@ -62,7 +62,7 @@ def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
                 )
             partial = out.with_name(out.name + ".partial")
             partial.unlink(missing_ok=True)
-            proc = subprocess.run(
+            proc = children.run(
                 [
                     mksquashfs,
                     str(root),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from mtpimage import __version__
+from mtpimage import __version__, children
 from mtpimage.lock.probetable import probe_specs
 from mtpimage.manifests import modes
 from mtpimage.manifests.modes import verl_facts
@@ -151,7 +151,7 @@ def _git(*args: str) -> str | None:
     if CHECKOUT is None:
         return None
     try:
-        proc = subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=10)
+        proc = children.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None

@@ -21,6 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpimage import children
 from mtpimage.publish.imageref import DOCKER_HUB
 
 HUB_KEY = "https://index.docker.io/v1/"
@@ -70,7 +71,7 @@ def _from_entry(entry) -> Credentials | None:
 
 def _from_helper(helper: str, server: str) -> Credentials | None:
     try:
-        proc = subprocess.run(
+        proc = children.run(
             [f"docker-credential-{helper}", "get"], input=server, capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired):

@@ -135,6 +135,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+
+
 def _sigint_to_group(proc) -> None:
     os.killpg(proc.pid, signal.SIGINT)
 
@@ -191,7 +198,8 @@ def test_interrupt_leaves_no_process_container_temp_dir_tag_or_changed_manifests
         if send is _sigterm_to_tool:
             assert proc.returncode == 128 + signal.SIGTERM and "terminated" in out, out[-3000:]
         assert children, "the build started no process to end"
-        assert not [pid for pid in children if _alive(pid)], "the build outlived the terminated tool"
+        left = {pid: _cmdline(pid) for pid in children if _alive(pid)}
+        assert not left, f"the build outlived the terminated tool: {left}"
     else:
         ok = subprocess.run(
             [
