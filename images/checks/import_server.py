@@ -20,7 +20,8 @@ preload, nothing else. run_checks.py runs two (README, "In-image checks"):
     when its module asked for every preloaded module itself, before it loaded an extension
     module or changed the environment (with torch not loaded yet, those would have come
     first); otherwise `suspect`, and run_checks.py imports it again in a fresh interpreter,
-    as it does with every failure.
+    as it does with every failure. A child that is suspect when it first asks for the
+    preload ends there: whatever the rest of its import did, a fresh interpreter decides.
 
   A module sent `after` (`module NAME after`) is one that loads only once the preload did, as
   its own package always imports it (a torch C++ extension: it NEEDs libc10.so without a
@@ -143,6 +144,11 @@ class Watch:
                     f"+{' +'.join(more[:3]) or '-'} -{' -'.join(fewer[:3]) or '-'}"
                 )
             self.expect = None  # compared at the first preloaded module it asks for
+        if self.order:
+            # its verdict cannot stand (a fresh interpreter decides): the rest of its import,
+            # often the bulk of it, would be paid twice
+            write_file(self.result_path, f"suspect\n{clean('; '.join(self.order))}\n")
+            os._exit(0)
 
     def verdict(self):
         if self.pending:

@@ -157,6 +157,21 @@ def test_a_child_that_acts_differently_with_the_preload_is_imported_again(rc, si
     assert verdicts["differs"].how.startswith("fresh after fork:heavy said suspect")  # ... which decided
 
 
+def test_a_child_suspect_at_its_first_ask_for_the_preload_stops_there(rc, site, tmp_path):
+    """What follows the ask (often the bulk of an import) is not paid twice: once in the child
+    whose verdict cannot stand, again in the fresh interpreter that decides."""
+    ran = tmp_path / "ran"
+    site.joinpath("env_then_work.py").write_text(
+        f"import os\nos.environ['UNRELATED'] = '1'\nimport basepkg\nopen({str(ran)!r}, 'a').write('x')\n"
+    )
+    verdicts, _ = _imports(rc, ["env_then_work"])
+    assert verdicts["env_then_work"].ok
+    assert verdicts["env_then_work"].how.startswith(
+        "fresh after fork:heavy said suspect: changed the environment"
+    )
+    assert ran.read_text() == "x", "the suspect child went on with the import"
+
+
 def test_a_broken_preload_falls_back_to_fresh_interpreters(rc, site):
     verdicts, info = _imports(rc, ["brokenbase", "uses_broken", "good"], preload=("brokenbase",))
     assert not verdicts["brokenbase"].ok and not verdicts["uses_broken"].ok
