@@ -32,11 +32,15 @@ Job on stdin, one item a line: `timeout SECONDS`, `jobs N`, `tmp DIR`, `preload 
 `handoff NAME`..., `start`, then `module NAME [PREFIX|after]` lines as they come, until stdin
 closes. NAME may be several modules joined by commas, imported in that order in one child
 (an entry check's module and what it also imports), or `code:HEX`: the child runs that code
-as `python -c` would (an entry check's code, UTF-8 in hex).
+as `python -c` would (an entry check's code, UTF-8 in hex). `FIRST|NAME`: FIRST is a module
+whose import is the first thing NAME does (`verl` for `verl.trainer.main_ppo`, `mbridge` for
+`from mbridge import AutoBridge`); the child imports it, says its verdict, and goes on with
+NAME: two checks for the price of one, each as a fresh interpreter would have judged it.
 Output on the stdout this process started with (anything the imports print goes to stderr),
 one tab-separated line each:
     ready     fallback REASON     done
     result MODULE KIND SECONDS DETAIL    KIND: ok, needs, suspect, fail, crash, timeout
+    part FIRST KIND SECONDS DETAIL       (before the result of FIRST|NAME, when FIRST ended)
 Standard library only, and only modules a fresh interpreter already has.
 """
 
@@ -115,13 +119,18 @@ class Watch:
         self.libraries = mapped_libraries() if self.handoff else set()
         self.environ = dict(os.environ)
         self.order = []
+        # the top-level names it watches for: every other import (tens of thousands in a heavy
+        # child) passes at the cost of one set lookup
+        self.roots = {n.partition(".")[0] for n in self.pending | self.handoff}
 
     def __call__(self, name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and (self.handoff or self.pending):
+        if level == 0 and name.partition(".")[0] in self.roots:
             for p in asked_for(self.handoff, name, fromlist):
                 self._hand_off(p)
             for p in asked_for(self.pending, name, fromlist):
                 self._first_ask(p)
+            if not self.pending and not self.handoff and builtins.__import__ is self:
+                builtins.__import__ = self.original  # nothing left to watch for
         return self.original(name, globals, locals, fromlist, level)
 
     def _hand_off(self, p):
@@ -158,9 +167,29 @@ class Watch:
         return "ok", ""
 
 
+def first_part(first, watch, result_path):
+    """Import `first` (a module whose import is the first thing the rest does) and write its
+    own verdict to <result>.part: `KIND\\nDETAIL\\nSECONDS`. False when the rest cannot go on
+    as a fresh interpreter would. (A FIRST that is suspect here only for not asking for the
+    preload, as `megatron` does not, is judged apart; the rest goes on, and asks for it.)"""
+    started = time.monotonic()
+    going_on = False
+    try:
+        __import__(first)
+        kind, detail = watch.verdict()
+        going_on = True
+    except SystemExit as exc:  # `python -c` would end here: the rest is judged apart
+        kind, detail = ("ok", "") if exc.code in (None, 0) else ("fail", f"SystemExit: {exc.code}")
+    except BaseException as exc:  # noqa: BLE001 - any failure of the import is the verdict
+        kind, detail = "fail", f"{type(exc).__name__}: {exc}"
+    write_file(result_path + ".part", f"{kind}\n{clean(detail)}\n{time.monotonic() - started:.3f}\n")
+    return going_on
+
+
 def child(module, job, result_path, log_path, expect=None, after=False):
     """In the forked child: import `module` (comma-joined: each in turn), write
-    `KIND\\nDETAIL` to result_path, exit."""
+    `KIND\\nDETAIL` to result_path, exit. `FIRST|REST`: FIRST's verdict first (first_part),
+    then REST's, in one interpreter."""
     os.setpgid(0, 0)  # the server kills the whole group of a hung child
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
@@ -169,7 +198,13 @@ def child(module, job, result_path, log_path, expect=None, after=False):
     watch = Watch(job, result_path, builtins.__import__, expect)
     if after:
         watch.pending.clear()  # imported after the preload, as its package imports it
-    builtins.__import__ = watch
+    if watch.pending or watch.handoff:
+        builtins.__import__ = watch
+    first, _, module = module.rpartition("|")
+    if first and not first_part(first, watch, result_path):
+        builtins.__import__ = watch.original
+        write_file(result_path, f"suspect\n{clean('its first import, ' + first + ', did not pass here')}\n")
+        os._exit(0)
     try:
         if module.startswith("code:"):
             # `python -c CODE` (an entry check); hex, since the line protocol and a fresh
@@ -242,6 +277,8 @@ class Server:
     def finish(self, pid, status):
         module, started, result_path, log_path = self.running.pop(pid)
         seconds = f"{time.monotonic() - started:.3f}"
+        if "|" in module:
+            self.say_part(module, result_path)
         if pid in self.killed:
             self.say("result", module, "timeout", seconds, f"timed out after {self.timeout:g} s")
         elif os.WIFSIGNALED(status):
@@ -255,6 +292,15 @@ class Server:
                 code = os.WEXITSTATUS(status)
                 kind, detail = "crash", f"exit {code} without a verdict: {last_line(log_path)}"
             self.say("result", module, kind, seconds, detail)
+
+    def say_part(self, module, result_path):
+        """The verdict a `FIRST|REST` child wrote for FIRST, if it got that far."""
+        try:
+            with open(result_path + ".part") as f:
+                kind, detail, seconds = (f.read().split("\n") + ["", "", "0"])[:3]
+        except OSError:
+            return
+        self.say("part", module.rpartition("|")[0], kind, seconds, detail)
 
     def reap(self):
         """Reap one finished child if there is one; kill children past their deadline."""
@@ -280,7 +326,9 @@ class Server:
     def submit(self, module, prefix):
         """Fork a child for `module`; `prefix`: the file its bare child wrote when it asked for
         the preload, if it did."""
-        if not module.startswith("code:") and any(name in sys.modules for name in module.split(",")):
+        first, _, rest = module.rpartition("|")
+        names = ([first] if first else []) + ([] if rest.startswith("code:") else rest.split(","))
+        if any(name in sys.modules for name in names):
             # imported by the preload: cannot be checked alone here
             self.say("result", module, "suspect", "0", "imported by the preload")
             return

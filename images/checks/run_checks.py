@@ -155,20 +155,46 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _import_one(module: str, timeout: float | None = None) -> tuple[str, int, str]:
+# Said on stderr by a fresh `FIRST|NAME` run once FIRST imported (import_fresh_pair).
+FIRST_DONE = "mtp-import-check: first import done"
+
+
+def python_code(item: str) -> str:
+    """What `python -c` runs for an item of the import check (import_server.py's protocol):
+    comma-joined modules, `code:HEX`, or `FIRST|NAME`."""
+    first, _, rest = item.rpartition("|")
+    code = bytes.fromhex(rest[len("code:") :]).decode() if rest.startswith("code:") else f"import {rest}"
+    if first:
+        # sys is in every interpreter from its start: naming it changes nothing a module sees
+        said = f"{FIRST_DONE!r} + ' ' + repr(__import__('time').monotonic()) + chr(10)"
+        return f"import {first}\n__import__('sys').stderr.write({said})\n{code}"
+    return code
+
+
+def _import_one(module: str, timeout: float | None = None) -> tuple[str, int, str, float | None]:
+    """(module, exit status, last line of stderr, when a `FIRST|NAME` run's FIRST was done)."""
     timeout = IMPORT_TIMEOUT if timeout is None else timeout
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", f"import {module}"],
+            [sys.executable, "-c", python_code(module)],
             capture_output=True,
             text=True,
             timeout=timeout,
             cwd="/",
         )
     except subprocess.TimeoutExpired:
-        return module, 124, f"timed out after {timeout:g} s"
+        return module, 124, f"timed out after {timeout:g} s", None
     lines = (proc.stderr or "").strip().splitlines()
-    return module, proc.returncode, lines[-1] if lines else ""
+    done_at = None
+    for line in lines:
+        _before, said, when = line.partition(FIRST_DONE + " ")
+        if said:
+            try:
+                done_at = float(when)
+            except ValueError:
+                pass
+    lines = [line for line in lines if FIRST_DONE not in line]
+    return module, proc.returncode, lines[-1] if lines else "", done_at
 
 
 # A torch C++ extension module (apex's amp_C, flash_attn_2_cuda, ...) NEEDs libc10.so and
@@ -180,13 +206,25 @@ EXTENSION_BASE = "torch"  # what such a module is imported after
 
 def import_fresh(module: str, timeout: float, why: str = "fresh") -> Imported:
     started = time.monotonic()
-    _m, rc, last = _import_one(module, timeout)
+    _m, rc, last, _done = _import_one(module, timeout)
     if rc > 0 and _TORCH_LIBS.search(last) and module != EXTENSION_BASE:
-        _m, rc, after = _import_one(f"{EXTENSION_BASE}, {module}", timeout)
+        _m, rc, after, _done = _import_one(f"{EXTENSION_BASE}, {module}", timeout)
         last = "a torch C++ extension: imported after torch" if rc == 0 else after
     if rc < 0:
         last = f"crashed: {_signal_name(-rc)}" + (f" ({last})" if last else "")
     return Imported(rc == 0, last, why, time.monotonic() - started)
+
+
+def import_fresh_pair(item: str, timeout: float, why: str = "fresh") -> dict[str, Imported]:
+    """`FIRST|NAME` in one fresh interpreter: both verdicts when FIRST imported and NAME went
+    on; otherwise each in its own (FIRST's failure, or a FIRST that exits, is not NAME's)."""
+    first, _, rest = item.rpartition("|")
+    started = time.monotonic()
+    _m, rc, last, done_at = _import_one(item, timeout)
+    seconds = time.monotonic() - started
+    if done_at is None or rc < 0 or rc == 124:
+        return {first: import_fresh(first, timeout, why), rest: import_fresh(rest, timeout, why)}
+    return {first: Imported(True, "", why, done_at - started), rest: Imported(rc == 0, last, why, seconds)}
 
 
 def _from_server(kind: str, seconds: str, detail: str) -> Imported:
@@ -274,8 +312,26 @@ class ImportRun:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def fresh(self, module: str, why: str) -> None:
+        first, _, rest = module.rpartition("|")
+        if first and self.judged(first):
+            module = rest  # its first import has its verdict: the rest alone
         if module not in self.fresh_runs:
-            self.fresh_runs[module] = self.pool.submit(import_fresh, module, self.timeout, why)
+            run = import_fresh_pair if "|" in module else import_fresh
+            self.fresh_runs[module] = self.pool.submit(run, module, self.timeout, why)
+
+    def judged(self, module: str) -> bool:
+        return module in self.forked or any(module in (k, k.rpartition("|")[0]) for k in self.fresh_runs)
+
+    def on_part(self, server: ForkServer, fields: list[str]) -> None:
+        """FIRST of a `FIRST|NAME` item, judged on the way (the item's own result follows)."""
+        _p, first, kind, seconds, detail = fields
+        if self.judged(first):
+            return  # judged already: by the bare child of an item handed on, or fresh
+        if kind == "ok":
+            self.forked[first] = Imported(True, "", f"fork:{server.name}", float(seconds))
+        else:
+            said = _from_server(kind, seconds, detail)
+            self.fresh(first, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
 
     def _job(self, tmp: str, preload: list[str], handoff: list[str]) -> list[str]:
         return [f"timeout {self.timeout}", f"jobs {self.jobs}", f"tmp {tmp}"] + [
@@ -286,7 +342,7 @@ class ImportRun:
         _r, module, kind, seconds, detail = fields
         server.reported.add(module)
         if kind == "ok":
-            self.forked[module] = Imported(True, "", f"fork:{server.name}", float(seconds))
+            self.forked[module.rpartition("|")[2]] = Imported(True, "", f"fork:{server.name}", float(seconds))
         elif kind == "needs" and heavy is not None and heavy.send(module, detail.partition(" ")[2]):
             pass  # asked for the heavy base: the server that preloaded it imports it
         elif (
@@ -324,6 +380,8 @@ class ImportRun:
                 self.on_end(server, heavy)
             elif fields[0] == "result" and len(fields) == 5:
                 self.on_result(server, fields, heavy)
+            elif fields[0] == "part" and len(fields) == 5:
+                self.on_part(server, fields)
             elif fields[0] == "fallback":
                 self.notes.append(f"fork:{server.name}: {' '.join(fields[1:])}")
                 server.close()
@@ -353,7 +411,11 @@ class ImportRun:
                     for server in (bare, heavy):
                         if server is not None:
                             server.stop()
-            return {**self.forked, **{m: f.result() for m, f in self.fresh_runs.items()}}
+            verdicts = dict(self.forked)
+            for module, future in self.fresh_runs.items():
+                found = future.result()
+                verdicts.update(found if isinstance(found, dict) else {module: found})
+            return verdicts
 
 
 def import_modules(
@@ -427,13 +489,51 @@ def discover_modules() -> tuple[dict[str, str], list[str]]:
 PREFETCHED: dict[str, Imported] = {}
 
 
+def first_import(item: str) -> str | None:
+    """The top-level module whose import is the first thing an item does (Python imports a
+    dotted name's top package first), or None."""
+    if item.startswith("code:"):
+        import ast
+
+        try:
+            body = ast.parse(bytes.fromhex(item[len("code:") :]).decode()).body
+        except (SyntaxError, ValueError):
+            return None
+        node = body[0] if body else None
+        if isinstance(node, ast.Import):
+            name = node.names[0].name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            name = node.module
+        else:
+            return None
+    else:
+        name = item.split(",")[0]
+    return name.split(".")[0]
+
+
+def paired(entry_items: tuple[str, ...], modules: list[str]) -> dict[str, str]:
+    """item -> the module of `modules` it imports first (import_server.py: `FIRST|NAME`), each
+    module for one item at most; the preload is judged on its own."""
+    pairs: dict[str, str] = {}
+    free = set(modules) - set(preload_names())
+    for item in entry_items:
+        first = first_import(item)
+        if first in free:
+            pairs[item] = first
+            free.discard(first)
+    return pairs
+
+
 def check_imports(entry_items: tuple[str, ...] = ()) -> list[dict]:
-    """entry_items: also judge these (the entry checks' items, first: the slowest ones)."""
+    """entry_items: also judge these (the entry checks' items, first: the slowest ones); a
+    module that an item imports first is judged by the item's child on the way."""
     skips = skip_list()
     modules, absent = discover_modules()
     todo = sorted(m for m in modules if m.split(".")[0] not in skips)
     skipped = sorted(m for m in modules if m.split(".")[0] in skips)
-    verdicts, info = import_modules([*entry_items, *todo, *skipped])
+    pairs = paired(entry_items, todo)
+    items = [f"{pairs[i]}|{i}" if i in pairs else i for i in entry_items]
+    verdicts, info = import_modules([*items, *(m for m in todo if m not in pairs.values()), *skipped])
     PREFETCHED.update({item: verdicts.pop(item) for item in entry_items if item in verdicts})
     failures = [f"{m} ({modules[m]}): {verdicts[m].detail}" for m in todo if not verdicts[m].ok]
     # the skip list proves itself: a skipped module that imports fine is a stale entry
@@ -451,6 +551,8 @@ def check_imports(entry_items: tuple[str, ...] = ()) -> list[dict]:
         detail += "; " + _how(verdicts, info)
     if entry_items:
         detail += f"; the same servers judged the {len(entry_items)} entry checks' imports (reported there)"
+    if pairs:
+        detail += f", on the way {', '.join(sorted(pairs.values()))}"
     if failures:
         return [result("imports", FAIL, detail + "; failed: " + "; ".join(failures), len(todo))]
     return [result("imports", PASS, detail, len(todo))]

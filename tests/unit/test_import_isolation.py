@@ -381,3 +381,89 @@ def test_when_both_run_the_import_check_judges_the_entry_items_in_the_same_pool(
     alone = {r["id"]: r for r in rc.run(only=["entry-imports"])}  # the import check reused: its own run
     assert alone["entry:c"]["detail"] == "ok (fork:heavy)"
     assert rc.PREFETCHED == {}
+
+
+# `FIRST|NAME`: a module that an entry check imports first is judged by the entry's child on
+# the way. Each fake appends its name to a file when it runs, so a test sees how often.
+PAIRS = {
+    "firstpkg/__init__.py": "import os\nopen(os.environ['RAN'], 'a').write('first ')\n",
+    "firstpkg/sub.py": "import basepkg\nimport os\nopen(os.environ['RAN'], 'a').write('sub ')\n",
+    "firstpkg/broken_sub.py": "raise ImportError('the rest is broken')\n",
+    "badfirst/__init__.py": "raise ImportError('the first is broken')\n",
+    "badfirst/sub.py": "",
+    "exitsfirst/__init__.py": "import sys\nsys.exit(0)\n",
+    "exitsfirst/sub.py": "",
+    "envfirst/__init__.py": (
+        "import os\nos.environ['UNRELATED'] = '1'\nimport basepkg\nopen(os.environ['RAN'], 'a').write('envfirst ')\n"
+    ),
+    "envfirst/sub.py": "import os\nopen(os.environ['RAN'], 'a').write('envsub ')\n",
+}
+
+
+@pytest.fixture
+def pairs(site, tmp_path, monkeypatch):
+    for name, text in PAIRS.items():
+        path = site / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    ran = tmp_path / "ran"
+    ran.write_text("")
+    monkeypatch.setenv("RAN", str(ran))
+    return ran
+
+
+def test_a_module_an_item_imports_first_is_judged_on_the_way_once(rc, pairs):
+    verdicts, _ = _imports(rc, ["firstpkg|firstpkg.sub", "good"])
+    assert verdicts["firstpkg"].ok and verdicts["firstpkg.sub"].ok
+    assert verdicts["firstpkg"].how == "fork:bare"  # before the item asked for the preload
+    assert verdicts["firstpkg.sub"].how == "fork:heavy"
+    # the bare child ran firstpkg, then handed the item on; the preloading server's ran both
+    assert pairs.read_text() == "first first sub "
+
+
+def test_each_half_of_a_pair_keeps_its_own_verdict(rc, pairs):
+    verdicts, _ = _imports(
+        rc, ["firstpkg|firstpkg.broken_sub", "badfirst|badfirst.sub", "exitsfirst|exitsfirst.sub"]
+    )
+    fresh = {
+        m: rc._import_one(m, 30)[1] == 0
+        for m in ("firstpkg", "firstpkg.broken_sub", "badfirst", "badfirst.sub")
+    }
+    assert (
+        {m: verdicts[m].ok for m in fresh}
+        == fresh
+        == {
+            "firstpkg": True,
+            "firstpkg.broken_sub": False,
+            "badfirst": False,
+            "badfirst.sub": False,
+        }
+    )
+    assert "the rest is broken" in verdicts["firstpkg.broken_sub"].detail
+    assert (
+        "the first is broken" in verdicts["badfirst"].detail
+        and "the first is broken" in verdicts["badfirst.sub"].detail
+    )
+    # `python -c "import exitsfirst"` exits 0: a pass; the rest, judged apart, does not start
+    assert verdicts["exitsfirst"].ok
+    assert verdicts["exitsfirst.sub"].how.startswith("fresh")
+
+
+def test_a_pair_that_goes_fresh_goes_as_a_pair(rc, pairs):
+    """Changed the environment before the preload: a fresh interpreter decides both, in one run."""
+    verdicts, _ = _imports(rc, ["envfirst|envfirst.sub"])
+    assert verdicts["envfirst"].ok and verdicts["envfirst.sub"].ok
+    assert verdicts["envfirst"].how.startswith("fresh after fork:heavy said suspect: changed the environment")
+    assert verdicts["envfirst"].seconds <= verdicts["envfirst.sub"].seconds
+    assert pairs.read_text() == "envfirst envsub "  # one fresh run for both, none before it
+
+
+def test_the_import_check_pairs_an_entry_item_with_the_module_it_imports_first(rc):
+    code = "code:" + b"from mbridge import AutoBridge".hex()
+    other = "code:" + b"import argparse; from sglang.srt.server_args import ServerArgs".hex()
+    items = (code, "verl.trainer.main_ppo,transfer_queue", "verl.trainer.sft_trainer", other)
+    modules = ["mbridge", "verl", "transfer_queue", "sglang", "torch"]
+    assert rc.paired(items, modules) == {code: "mbridge", "verl.trainer.main_ppo,transfer_queue": "verl"}
+    assert rc.first_import("code:" + b"import torch.nn as nn, json".hex()) == "torch"
+    assert rc.first_import("code:" + b"from . import x".hex()) is None
+    assert rc.paired(("code:" + b"import torch".hex(),), ["torch"]) == {}  # the preload: apart
