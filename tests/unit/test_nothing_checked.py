@@ -94,3 +94,14 @@ def test_the_host_keeps_passes_that_checked_something():
         "img", [ran, counted, {"id": "pip-check", "status": "pass", "detail": "ok"}], 0, ""
     )
     assert [r["status"] for r in report.results] == ["pass", "pass", "pass"]
+
+
+def test_the_summary_line_gives_the_runs_wall_time_not_the_sum_of_overlapping_checks():
+    """The entry checks run in the import check's pool: their times overlap its own."""
+    results = [
+        {"id": "imports", "status": "pass", "detail": "x", "seconds": 80.0},
+        {"id": "entry:a", "status": "pass", "detail": "x", "seconds": 30.0},
+    ]
+    report = imagetest.TestReport("img", results, 0, "", seconds=84.5)
+    assert report.summary_line() == "2 passed, 0 failed, 0 skipped; checks took 84.5 s"
+    assert report.summary()["seconds"] == 84.5
