@@ -330,8 +330,12 @@ class ImportRun:
         if kind == "ok":
             self.forked[first] = Imported(True, "", f"fork:{server.name}", float(seconds))
         else:
-            said = _from_server(kind, seconds, detail)
-            self.fresh(first, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
+            self.again(server, first, kind, seconds, detail)
+
+    def again(self, server: ForkServer, module: str, kind: str, seconds: str, detail: str) -> None:
+        """A verdict a child cannot vouch for: a fresh interpreter decides."""
+        said = _from_server(kind, seconds, detail)
+        self.fresh(module, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
 
     def _job(self, tmp: str, preload: list[str], handoff: list[str]) -> list[str]:
         return [f"timeout {self.timeout}", f"jobs {self.jobs}", f"tmp {tmp}"] + [
@@ -355,8 +359,7 @@ class ImportRun:
         ):
             pass  # a torch C++ extension: imported after torch, as import_fresh does
         else:
-            said = _from_server(kind, seconds, detail)
-            self.fresh(module, f"fresh after fork:{server.name} said {kind}: {said.detail}"[:300])
+            self.again(server, module, kind, seconds, detail)
 
     def on_end(self, server: ForkServer, heavy: ForkServer | None) -> None:
         for module in sorted(server.unreported()):
