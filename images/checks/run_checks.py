@@ -894,6 +894,89 @@ def check_login_shell() -> list[dict]:
     ]
 
 
+# ----------------------------------------------------------------------------- launch
+def package_dirs(dist) -> set[str]:
+    """The import packages a distribution installs, as paths relative to its site directory:
+    the shallowest folders with an __init__.py (megatron-core: `megatron/core`, since
+    `megatron` is a namespace that Megatron-Bridge shares)."""
+    inits = sorted(
+        (f.parts[:-1] for f in dist.files or [] if f.parts and f.parts[-1] == "__init__.py"),
+        key=len,
+    )
+    out: list[tuple[str, ...]] = []
+    for parts in inits:
+        if not parts or parts[0].endswith((".dist-info", ".data")) or parts[0] in ("..", "__pycache__"):
+            continue
+        if not any(parts[: len(o)] == o for o in out):
+            out.append(parts)
+    return {"/".join(p) for p in out}
+
+
+def shadowing(package: str, search: list[str]) -> list[str]:
+    """Where a pinned package is found on `search` (sys.path) besides the copy pip installed:
+    a PYTHONPATH at another Megatron-LM checkout (as verl's SFT example sets it) shadows the
+    pinned one without a word."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    site = os.path.realpath(str(dist.locate_file("")))
+    found = []
+    for rel in sorted(package_dirs(dist)):
+        hits = []
+        for entry in search:
+            root = os.path.realpath(entry or os.getcwd())
+            if os.path.isfile(os.path.join(root, rel, "__init__.py")) and root not in hits:
+                hits.append(root)
+        first = hits[0] if hits else None
+        if first is not None and first != site:
+            found.append(f"{rel.replace('/', '.')} comes first from {first}, not the pinned copy in {site}")
+        elif len(hits) > 1:
+            found.append(f"{rel.replace('/', '.')} also at {', '.join(h for h in hits if h != site)}")
+    return found
+
+
+def check_launch_env(vector: dict) -> list[dict]:
+    """What an upstream launch line finds in the image's environment: the variables the
+    components ask for (verl's VERL_USE_UV=0: its example scripts otherwise `uv run` another
+    lock), and one copy of each pinned source on sys.path, the one the lock installed."""
+    out = []
+    comps = vector.get("components", [])
+    wanted = [(c["name"], k, v) for c in comps for k, v in sorted((c.get("runtime_env") or {}).items())]
+    wrong = [
+        f"{k}={os.environ.get(k)!r} (for {name}: wants {v!r})"
+        for name, k, v in wanted
+        if os.environ.get(k) != v
+    ]
+    if wrong:
+        out.append(result("launch-env:variables", FAIL, "; ".join(wrong)))
+    else:
+        detail = ", ".join(f"{k}={v}" for _, k, v in wanted) or "no component sets a variable"
+        out.append(result("launch-env:variables", PASS, detail, checked=len(wanted)))
+    packages = [c["package"] for c in comps] + [p["name"] for p in vector.get("packages", [])]
+    problems, looked = [], 0
+    for package in dict.fromkeys(packages):
+        try:
+            importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        looked += 1
+        problems.extend(shadowing(package, sys.path))
+    if problems:
+        fix = " (fix: unset PYTHONPATH, or drop the other checkouts from it: the image's copies are the pinned ones)"
+        out.append(result("launch-env:one-copy", FAIL, "; ".join(problems) + fix))
+    else:
+        out.append(
+            result(
+                "launch-env:one-copy",
+                PASS,
+                f"{looked} pinned packages, each once on sys.path",
+                checked=looked,
+            )
+        )
+    return out
+
+
 # ------------------------------------------------------------------------------- GPU
 def check_gpu(gpu: bool) -> list[dict]:
     """With --gpu: the full MTP check on the GPU. Without: its CPU-side part (mode table from
@@ -1218,6 +1301,7 @@ def run(
         ("probes", lambda: check_probes(vector)),
         ("cuda-runtime", lambda: check_cuda(vector)),
         ("login-shell", check_login_shell),
+        ("launch-env", lambda: check_launch_env(vector)),
         ("entry-imports", lambda: check_entry_imports(vector)),
         ("entrypoints", lambda: check_entrypoints(vector)),
     ]

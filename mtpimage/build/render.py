@@ -239,6 +239,7 @@ def _install_layers(plan: Plan) -> list[dict]:
                 "name": layer.name,
                 "members": list(layer.items),
                 "steps": _layer_steps(plan, layer.name, layer.items),
+                "env": _layer_env(plan, layer.items),
             }
             for layer in layers
         ]
@@ -268,7 +269,25 @@ def _install_layers(plan: Plan) -> list[dict]:
     for layer in layers:
         steps = _filled(_locked_steps(plan, layer.name, layer.items))
         if steps and any(plan.component(i) is not None for i in layer.items):
-            out.append({"name": layer.name, "members": list(layer.items), "steps": steps})
+            out.append(
+                {
+                    "name": layer.name,
+                    "members": list(layer.items),
+                    "steps": steps,
+                    "env": _layer_env(plan, layer.items),
+                }
+            )
+    return out
+
+
+def _layer_env(plan: Plan, items: tuple[str, ...]) -> list[dict]:
+    """The `runtime_env` of the layer's components: an ENV right after the layer that installs
+    them, so it changes with that component's pins and never with a profile."""
+    out = []
+    for item in items:
+        c = plan.component(item)
+        if c is not None and c.runtime_env:
+            out.append({"component": c.name, "vars": list(c.runtime_env), "why": c.runtime_env_why})
     return out
 
 

@@ -16,6 +16,7 @@ import jinja2
 
 from mtpimage.errors import InputError
 from mtpimage.outputs import multinode, rayjob
+from mtpimage.outputs.preflight import preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
 from mtpimage.publish.imageref import ImageRef, Registry
@@ -140,7 +141,7 @@ def job_script(
         raise InputError(
             "--rollout-nodes", str(layout.rollout_nodes), "a split needs --nodes 2 or more", "add --nodes N"
         )
-    entry = verl_facts()["entrypoint"][target]
+    entry = preflighted(verl_facts()["entrypoint"][target])
     ctx = {
         "profile": plan.profile,
         "mode": plan.mode,

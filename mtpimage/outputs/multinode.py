@@ -19,6 +19,7 @@ import yaml
 from mtpimage.errors import InputError
 from mtpimage.manifests.modes import get as get_mode
 from mtpimage.manifests.modes import verl_facts
+from mtpimage.outputs.preflight import preflighted
 from mtpimage.plan.model import Plan
 
 RUNTIMES = {"slurm": "pyxis", "apptainer": "apptainer"}
@@ -123,7 +124,7 @@ def trainer_command(plan: Plan, target: str, layout: Layout) -> tuple[str, list[
     then the node layout."""
     keys = facts()["layout"]
     if not layout.rollout_nodes:
-        entry = verl_facts()["entrypoint"][target]
+        entry = preflighted(verl_facts()["entrypoint"][target])
         extra = [f"{keys['nnodes']}={layout.nodes}", f"{keys['gpus_per_node']}={layout.gpus_per_node}"]
         return entry, plan.overrides_for(target) + extra
     split = facts()["split"]
@@ -133,7 +134,7 @@ def trainer_command(plan: Plan, target: str, layout: Layout) -> tuple[str, list[
         f"{split['rollout_nnodes']}={layout.rollout_nodes}",
         f"{split['rollout_gpus_per_node']}={layout.gpus_per_node}",
     ]
-    return split["entrypoint"], plan.overrides_for(target) + extra
+    return preflighted(split["entrypoint"]), plan.overrides_for(target) + extra
 
 
 def template_text(name: str) -> str:

@@ -86,6 +86,7 @@ def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
                     dict(e) for e in c.entry_checks if e.get("target", "") in ("",) + plan.targets
                 ],
                 "patches": [_patch(p) for p in c.patches],
+                **({"runtime_env": dict(c.runtime_env)} if c.runtime_env else {}),
             }
         )
     return {

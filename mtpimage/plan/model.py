@@ -68,6 +68,9 @@ class Component:
     deps_declared: bool = True  # False: installed without its own Requires-Dist
     deps_add: tuple[str, ...] = ()  # runtime needs its packaging omits
     entry_checks: tuple = ()  # what users start from it (in-image checks)
+    # variables the image sets for its users (components.yaml `runtime_env`), sorted, and why
+    runtime_env: tuple[tuple[str, str], ...] = ()
+    runtime_env_why: str = ""
 
     @property
     def pin(self) -> str:
@@ -187,6 +190,9 @@ class Plan:
         for key in ("cuda_archs", "routes", "builder_os_packages"):  # absent when unused
             if not d[key]:
                 del d[key]
+        for c in d["components"]:  # absent when unused: older plans keep their digests
+            if not c["runtime_env"]:
+                del c["runtime_env"], c["runtime_env_why"]
         d["engine"] = self.engine_dict()
         d["indexes"] = dict(self.indexes)
         d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
@@ -313,6 +319,8 @@ def _component(name: str, c: dict) -> Component:
         deps_declared=(c.get("dependencies") or {}).get("declared", True),
         deps_add=tuple((c.get("dependencies") or {}).get("add", [])),
         entry_checks=tuple(_freeze_dict(e) for e in c.get("entry_checks", [])),
+        runtime_env=tuple(sorted(((c.get("runtime_env") or {}).get("vars") or {}).items())),
+        runtime_env_why=(c.get("runtime_env") or {}).get("why", ""),
     )
 
 

@@ -202,7 +202,11 @@ def test_kuberay_rayjob_from_the_cli():
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}
         ]
     entry = doc["spec"]["entrypoint"]
-    assert entry.index("auto 600 4") < entry.index("&& python3 -m verl.trainer.main_ppo")
+    assert (
+        entry.index("auto 600 4")
+        < entry.index("&& bash -c ")
+        < entry.index("mtp-preflight python3 -m verl.trainer.main_ppo")
+    )
     assert entry.endswith("trainer.nnodes=4 trainer.n_gpus_per_node=8")
     assert spec["rayVersion"] == "2.60.0"  # lock.yaml's ray
 
