@@ -245,6 +245,10 @@ def cmd_explain(args) -> int:
     overrides = plan.overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
+    from mtpimage.plan.model import mode_guarantees, transformer_settings
+
+    guarantees = mode_guarantees(plan.mode, plan.recompute)
+    settings = transformer_settings(plan.mode, plan.recompute)
     if args.json:
         print(
             json.dumps(
@@ -255,6 +259,10 @@ def cmd_explain(args) -> int:
                     "entrypoint": entry,
                     "overrides": overrides,
                     "choose_when": plan.choose_when,
+                    "guarantees": guarantees,
+                    "settings": [
+                        {"key": t["key"], "why": t["why"].strip(), "link": t["link"]} for t in settings
+                    ],
                     "warnings": notes,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
@@ -267,6 +275,10 @@ def cmd_explain(args) -> int:
     print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
     if plan.choose_when:
         print(f"# choose it when: {plan.choose_when}")
+    for text in guarantees:
+        print(f"# guarantees: {text.strip()}")
+    for t in settings:
+        print(f"# setting {t['key']}={t['value']}: {t['why'].strip()} ({t['link']})")
     print(f"# image: {image_of(plan, m.root)}")
     from mtpimage.outputs.report import resolution_lines
 

@@ -258,15 +258,42 @@ def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: st
     if cp and cp > 1:
         lines += [f"{k}={cp}" for k in keys["context_parallel_size"]]
     recompute = engine.get("recompute")
+    tc = keys["transformer_config"]
     if recompute:
-        tc = keys["transformer_config"]
         lines.append(f"{tc}recompute_granularity={recompute['granularity']}")
         if recompute.get("method"):
             lines.append(f"{tc}recompute_method={recompute['method']}")
         if recompute.get("num_layers"):
             lines.append(f"{tc}recompute_num_layers={recompute['num_layers']}")
+    for setting in transformer_settings(mode, recompute):
+        lines.append(f"{'+' if setting.get('new_key') else ''}{tc}{setting['key']}={setting['value']}")
     lines += [f"{k}={rollout_engine}" for k in keys["rollout_name"]]
     return lines
+
+
+def _setting_wanted(setting: dict, mode: str) -> bool:
+    fields = dict(mode_overrides(mode))
+    return all(fields.get(k) == str(v) for k, v in (setting.get("when") or {}).items())
+
+
+def transformer_settings(mode: str, recompute: dict | None) -> list[dict]:
+    """verl.yaml `transformer_settings` that the mode takes with this recompute setting."""
+    granularity = (recompute or {}).get("granularity")
+    return [
+        s
+        for s in verl_facts().get("transformer_settings", [])
+        if _setting_wanted(s, mode) and not (granularity and granularity == s.get("unless_recompute"))
+    ]
+
+
+def mode_guarantees(mode: str, recompute: dict | None) -> list[str]:
+    """What a mode promises on the pinned stack, from the settings it takes or leaves out."""
+    taken = {s["key"] for s in transformer_settings(mode, recompute)}
+    return [
+        s["guarantee"] if s["key"] in taken else s["guarantee_without"]
+        for s in verl_facts().get("transformer_settings", [])
+        if _setting_wanted(s, mode)
+    ]
 
 
 def _extension_build(b: dict | None) -> ExtensionBuild | None:
