@@ -1009,6 +1009,53 @@ def check_gpu(gpu: bool) -> list[dict]:
     return [result(name, status, detail, count["PASS"] + count["FAIL"])]
 
 
+TRAINER_OVERRIDES = Path("/opt/mtp/verl/sft.overrides")
+
+
+def check_trainer(gpu: bool, vector: dict) -> list[dict]:
+    """With --gpu: verl's own SFT trainer (Megatron engine) on a tiny MTP model with this
+    image's overrides, judged by trainer_check.py against the mode's promises, a result per
+    promise. Without a GPU: a skip that says so (the trainer needs CUDA)."""
+    if "sft" not in vector.get("targets", ["sft"]):
+        return [
+            result(
+                "trainer", SKIP, "the profile has no sft target; main_ppo with SGLang rollout is not run here"
+            )
+        ]
+    if not gpu:
+        return [result("trainer", SKIP, "verl's sft_trainer runs with --gpu (it needs CUDA)")]
+    script = HERE / "trainer_check.py"
+    if not script.is_file():
+        return [result("trainer", FAIL, "trainer_check.py missing from the image")]
+    argv = [
+        sys.executable,
+        str(script),
+        "--json",
+        "--version-vector",
+        str(VECTOR),
+        "--overrides",
+        str(TRAINER_OVERRIDES),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    report = _last_json(proc.stdout)
+    if report is None:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        return [result("trainer", FAIL, f"exit {proc.returncode}, no report: {tail}")]
+    notes = "; ".join(report.get("notes", []))
+    out = [
+        result(
+            f"trainer:{r['id']}",
+            PASS if r["status"] == "info" else r["status"],
+            ("reported: " if r["status"] == "info" else "") + r["detail"],
+            1,
+        )
+        for r in report["results"]
+    ]
+    if notes:
+        out.append(result("trainer:notes", SKIP, notes))
+    return out
+
+
 def gpu_only_modules() -> list[tuple[str, str]]:
     """Installed modules the skip list says need a GPU at import (reason (b)), with why."""
     out = []
@@ -1307,6 +1354,7 @@ def run(
     ]
     groups.append(("gpu", lambda: check_gpu(gpu)))
     groups.append(("gpu-imports", lambda: check_gpu_imports(gpu)))
+    groups.append(("trainer", lambda: check_trainer(gpu, vector)))
     results = []
     for gid, fn in groups:
         if only and gid not in only:

@@ -1,0 +1,235 @@
+"""verl's own SFT trainer as an in-image check (issue 34): the tiny MTP model and data made at
+test time, the runs planned from exactly the image's overrides (what `explain` prints), and the
+mode's promises judged on recorded trainer logs, a passing and a failing one each."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.manifests import manifest
+from mtpimage.plan.load import plan_for
+
+CHECKS = IMAGES_DIR / "checks"
+LOGS = Path(__file__).parent / "trainer_logs"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, CHECKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tm():
+    return _load("tinymimo")
+
+
+@pytest.fixture(scope="module")
+def tc(tm):
+    return _load("trainer_check")
+
+
+def _overrides(profile: str) -> list[str]:
+    files = render(plan_for(manifest.load(MANIFESTS), profile, None), MANIFESTS).files
+    return files["mtp/verl/sft.overrides"].decode().splitlines()
+
+
+# ------------------------------------------------------------------------------ the model
+def test_the_tiny_mimo_is_made_here_the_same_for_a_seed(tm, tmp_path):
+    a = tm.make(tmp_path / "a")
+    b = tm.make(tmp_path / "b")
+    digest = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (a, b)]
+    assert digest[0] == digest[1]
+    tensors = tm.read_safetensors(a / "model.safetensors")
+    mtp = [k for k in tensors if k.startswith("model.mtp_layers.0.")]
+    assert len(tensors) == 43 and len(mtp) == 16
+    # the names Megatron-Bridge's MimoBridge maps (mimo_bridge.py at 51885cf1)
+    for name in (
+        "token_layernorm",
+        "hidden_layernorm",
+        "input_proj",
+        "final_layernorm",
+        "self_attn.q_proj.bias",
+    ):
+        assert any(f".{name}" in k for k in mtp), name
+    dtype, shape, data = tensors["model.mtp_layers.0.input_proj.weight"]
+    assert dtype == "BF16" and shape == (256, 512) and len(data) == 256 * 512 * 2
+    config = json.loads((a / "config.json").read_text())
+    assert config["model_type"] == "mimo" and config["num_nextn_predict_layers"] == 1
+    assert config["auto_map"]["AutoConfig"] == "configuration_mimo.MiMoConfig"
+    assert config["max_position_embeddings"] == 32768 and config["tie_word_embeddings"] is False
+    assert "class MiMoConfig(Qwen2Config)" in (a / "configuration_mimo.py").read_text()
+
+
+def test_the_tokenizer_and_the_chat_data_are_what_verls_dataset_reads(tm, tmp_path):
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    model = tm.make(tmp_path)
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    ids = tok.encode("<|im_start|>user\nWhat is one plus two?<|im_end|>").ids
+    assert ids[0] == tok.token_to_id("<|im_start|>") and ids[-1] == tok.token_to_id("<|im_end|>")
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    assert cfg["eos_token"] == "<|im_end|>" and "<|im_start|>" in cfg["chat_template"]
+    rows = pq.read_table(tmp_path / "data" / "train.parquet").to_pylist()
+    assert len(rows) == tm.ROWS
+    assert [m["role"] for m in rows[0]["messages"]] == ["user", "assistant"]
+
+
+def test_the_export_comparison_counts_mtp_and_trunk_tensors(tm, tmp_path):
+    import array
+
+    model = tm.make(tmp_path)
+    initial = tm.read_safetensors(model / "model.safetensors")
+    export = tmp_path / "ckpt" / "global_step_4" / "model" / "huggingface"
+    export.mkdir(parents=True)
+    tensors = {}
+    for name, (dtype, shape, data) in initial.items():
+        if name.startswith("model.layers.0."):
+            continue  # missing from the export
+        if name == "lm_head.weight":  # moved: one value changed
+            data = bytes([data[0] ^ 0x01]) + data[1:]
+        if name.startswith("model.mtp_layers."):  # kept, but exported as fp32: the same values
+            tensors[name] = (shape, array.array("I", tm.as_float32_bits(dtype, data)).tobytes(), "F32")
+            continue
+        tensors[name] = (shape, data, "BF16")
+    tm.write_safetensors(export / "model.safetensors", {k: (s, d) for k, (s, d, _) in tensors.items()})
+    # write_safetensors writes BF16 headers: mark the fp32 ones as such
+    raw = (export / "model.safetensors").read_bytes()
+    import json as _json
+    import struct
+
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = _json.loads(raw[8 : 8 + n])
+    for k, (_, _, dt) in tensors.items():
+        header[k]["dtype"] = dt
+    head = _json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    (export / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + raw[8 + n :])
+    result = tm.compare_export(model / "model.safetensors", tmp_path / "ckpt")
+    assert result["mtp"] == {"same": 16, "changed": 0, "missing": 0}
+    assert result["trunk"] == {"same": 14, "changed": 1, "missing": 12}
+    assert tm.compare_export(model / "model.safetensors", tmp_path / "nothing") is None
+
+
+# ------------------------------------------------------------------------------ the runs
+@pytest.mark.parametrize("profile", ["mtp-load-only", "mtp-full", "mtp-detach", "mtp-cp-recompute"])
+def test_the_runs_use_exactly_the_images_overrides_and_only_test_size_settings_besides(tc, profile, tmp_path):
+    lines = _overrides(profile)
+    explain = __import__("tests.unit.helpers", fromlist=["run_main"]).run_main(
+        "explain", "--profile", profile, "--target", "sft"
+    )
+    assert lines == [ln for ln in explain.stdout.splitlines() if not ln.startswith("#")]
+    fitted, notes = tc.fit_to_node(lines, 1)
+    runs = tc.plan_runs("mtp-only" if "detach_encoder=True" in " ".join(lines) else "x", fitted, "p.", False)
+    assert runs[0].overrides == tuple(fitted)
+    own = {tc.setting_key(ln) for ln in tc.test_size(tmp_path, "train", 4, 1)}
+    assert not own & {tc.setting_key(ln) for ln in lines}, "a test-size setting would override the mode's"
+    if profile == "mtp-cp-recompute":
+        assert "engine.context_parallel_size=1" in fitted and notes == [
+            "engine.context_parallel_size: 2 -> 1 (this node has 1 GPU(s))"
+        ]
+    else:
+        assert fitted == lines and notes == []
+
+
+def test_the_variants_flip_the_modes_transformer_setting(tc):
+    detach = tc.plan_runs("mtp-only", _overrides("mtp-detach"), "engine.override_transformer_config.", True)
+    recompute = tc.plan_runs(
+        "mtp-only", _overrides("mtp-cp-recompute"), "engine.override_transformer_config.", True
+    )
+    assert [r.name for r in detach] == ["train", "mtp-loss-only", "mtp-loss-only:without-mtp_detach_heads"]
+    assert not any("mtp_detach_heads" in ln for ln in detach[2].overrides)
+    assert recompute[2].name == "mtp-loss-only:with-mtp_detach_heads"
+    assert recompute[2].overrides[-1] == "+engine.override_transformer_config.mtp_detach_heads=True"
+    assert [r.name for r in tc.plan_runs("load-only", _overrides("mtp-load-only"), "p.", True)] == ["train"]
+
+
+def test_stand_ins_only_where_an_extension_is_missing(tc):
+    assert tc.stand_ins(True, True, "p.") == ([], [])
+    lines, notes = tc.stand_ins(False, False, "p.")
+    assert lines == ["p.attention_backend=fused", "+p.gradient_accumulation_fusion=False"]
+    assert all("(stand-in)" in n for n in notes)
+
+
+# ------------------------------------------------------------------------------ judging
+def _recorded(tc, case: str) -> tuple[str, list[str], dict]:
+    """A recorded trainer_check run: LOGS/CASE.json holds the contract, the overrides and, per
+    run, verl's file-logger lines and the probe's gradient lines."""
+    data = json.loads((LOGS / f"{case}.json").read_text())
+    results = {
+        name: tc.RunResult(
+            name, r["rc"], r["seconds"], tuple(r["metrics"]), tuple(r["grads"]), r.get("export"), ""
+        )
+        for name, r in data["runs"].items()
+    }
+    return data["contract"], data["overrides"], results
+
+
+def _verdicts(tc, case):
+    contract, lines, results = _recorded(tc, case)
+    return {f.id: f for f in tc.judge(contract, lines, results)}
+
+
+@pytest.mark.parametrize(
+    "case, failing",
+    [
+        ("mtp-detach-pass", set()),
+        ("mtp-detach-output-layer-leak", {"output-layer-untouched-by-mtp-loss"}),
+        ("cp-recompute-pass", set()),
+        (
+            "cp-recompute-silent-stop",
+            {"mtp-params-get-gradient+recompute", "mtp-loss-alone-learns+recompute"},
+        ),
+        ("load-only-pass", set()),
+        ("load-only-mtp-changed", {"export-keeps-mtp", "mtp-params-no-gradient", "no-mtp-loss"}),
+        ("full-pass", set()),
+        ("full-trunk-untouched", {"mtp-loss-reaches-trunk"}),
+    ],
+)
+def test_the_promises_judged_on_recorded_trainer_logs(tc, case, failing):
+    verdicts = _verdicts(tc, case)
+    assert {k for k, f in verdicts.items() if f.status == "fail"} == failing, verdicts
+    assert verdicts["loss-falls"].status == "pass"
+
+
+def test_a_crashed_run_fails_with_its_exit_and_log(tc):
+    contract, lines, results = _recorded(tc, "mtp-detach-pass")
+    import dataclasses
+
+    results["train"] = dataclasses.replace(results["train"], rc=1, log_tail="TypeError: padding_mask")
+    verdicts = {f.id: f for f in tc.judge(contract, lines, results)}
+    assert verdicts["run:train"].status == "fail" and "padding_mask" in verdicts["run:train"].detail
+
+
+def test_the_image_checks_run_the_trainer_only_with_a_gpu_and_report_each_promise(tmp_path, monkeypatch):
+    rc = _load("run_checks")
+    assert rc.check_trainer(False, {"targets": ["rl", "sft"]})[0]["status"] == "skip"
+    assert "no sft target" in rc.check_trainer(True, {"targets": ["rl"]})[0]["detail"]
+    fake = tmp_path / "trainer_check.py"
+    report = {
+        "ok": False,
+        "notes": ["engine.context_parallel_size: 2 -> 1 (this node has 1 GPU(s))"],
+        "results": [
+            {"id": "loss-falls", "status": "pass", "detail": "loss 7 5"},
+            {"id": "mtp-params-get-gradient+recompute", "status": "fail", "detail": "MTP block: 0/11"},
+            {"id": "output-layer-gets-mtp-loss+recompute", "status": "info", "detail": "output layer: 1/1"},
+        ],
+    }
+    fake.write_text(f"import json\nprint(json.dumps({report!r}))\n")
+    monkeypatch.setattr(rc, "HERE", tmp_path)
+    got = {r["id"]: r for r in rc.check_trainer(True, {"targets": ["sft"]})}
+    assert got["trainer:loss-falls"]["status"] == "pass"
+    assert got["trainer:mtp-params-get-gradient+recompute"]["status"] == "fail"
+    assert got["trainer:output-layer-gets-mtp-loss+recompute"]["detail"].startswith("reported: ")
+    assert "2 -> 1" in got["trainer:notes"]["detail"]
