@@ -77,14 +77,18 @@ def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
     assert (cp.a, cp.b) == (1, 2)
     rc = next(c for c in cs if c.field == "recompute")
     assert rc.a is None and rc.b == {"granularity": "full", "method": "uniform", "num_layers": 1}
-    # Every override that differs is a CP or recompute override, added in B, for both targets.
+    # Every override that differs is a CP or recompute override, added in B, for both targets,
+    # and mtp_detach_heads, which B leaves out (it stops MTP training under full recompute).
     b = plan(m, "mtp-cp-recompute")
     a = plan(m, "mtp-detach")
     for target in ("rl", "sft"):
-        added = {f"{c.field}={c.b}" for c in cs if c.section == "verl_overrides" and c.item == target}
+        mine = [c for c in cs if c.section == "verl_overrides" and c.item == target]
+        added = {f"{c.field}={c.b}" for c in mine if c.kind == "added"}
         assert added == set(b.overrides_for(target)) - set(a.overrides_for(target))
         assert added and all("context_parallel_size" in x or "recompute_" in x for x in added)
-        assert all(c.kind == "added" for c in cs if c.item == target)
+        removed = {f"{c.field}={c.a}" for c in mine if c.kind != "added"}
+        assert removed == set(a.overrides_for(target)) - set(b.overrides_for(target))
+        assert [x.rsplit(".", 1)[1] for x in removed] == ["mtp_detach_heads=True"]
     # Same Megatron pin in every shipped profile: no component or package differs.
     assert not [c for c in cs if c.section in ("components", "packages", "platform", "layers")]
 
@@ -102,7 +106,8 @@ def test_cli_text_for_detach_vs_cp_recompute():
     )
     assert "  + engine.context_parallel_size=2" in out
     assert "components" not in out
-    assert out.rstrip().endswith("11 differences")
+    assert "  - engine.override_transformer_config.mtp_detach_heads=True" in out or "mtp_detach_heads" in out
+    assert out.rstrip().endswith("13 differences")  # 11, and mtp_detach_heads left out for rl and sft
 
 
 def test_a_megatron_pin_difference_is_shown_when_present():
