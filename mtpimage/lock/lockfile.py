@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -212,26 +210,11 @@ def dumps(doc: dict) -> str:
 
 
 def write(path: Path, doc: dict) -> bool:
-    """Atomically write; returns False when the file already had exactly these bytes."""
-    text = dumps(doc)
-    path = Path(path)
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    fd, tmp = tempfile.mkstemp(prefix=".lock-", suffix=".yaml.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return True
+    """Atomically write (staging.commit: aside, fsync, rename); False when the file already
+    had exactly these bytes."""
+    from mtpimage.lock import staging
+
+    return bool(staging.commit({Path(path): dumps(doc)}))
 
 
 def read(path: Path) -> dict | None:
