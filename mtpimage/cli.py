@@ -289,6 +289,10 @@ def cmd_main(args):
     m = load_for(args)
     name = args.profile or DEFAULT_PROFILE
     plan = plan_for(m, name, args.sets, **substitutions_of(args))
+    if args.dry_run and getattr(args, "frozen", None):
+        from mtpimage.lock import lockfile
+
+        lockfile.check_frozen(m, plan)  # what the build would stop on, a dry run stops on too
     results = rules.evaluate(plan)
     if args.json:
         print(

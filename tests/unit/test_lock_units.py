@@ -230,3 +230,27 @@ def test_check_frozen_compares_every_field_of_a_patch_by_reference(field, value)
     ]
     with pytest.raises(InputError, match="patch 0 file: manifests None"):
         lockfile.check_frozen(m, plan, lock)
+
+
+def test_dry_run_frozen_stops_on_a_lock_that_drifted(tmp_path, capsys):
+    """#36 item 10: `--dry-run --frozen` checks the lock as the build would (exit 2, naming it)."""
+    import shutil
+
+    from mtpimage import cli
+
+    m = Path(
+        shutil.copytree(
+            manifest.load().root, tmp_path / "manifests", ignore=shutil.ignore_patterns("lock.yaml")
+        )
+    )
+    mm = manifest.load(m)
+    lockfile.write(m / "lock.yaml", _lock_for(mm, plan_for(mm, "mtp-detach", None)))
+    args = ["--manifests", str(m), "--profile", "mtp-detach", "--frozen", "--dry-run"]
+    assert cli.main(args) == 0
+    cat = m / "components.yaml"
+    verl = mm.catalogue.data["components"]["verl"]["commit"]
+    cat.write_text(cat.read_text().replace(verl, "a" * 40))
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "component verl drifted" in err and "lock --upgrade verl" in err
