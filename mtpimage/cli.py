@@ -197,11 +197,15 @@ def cmd_check(args) -> int:
         print_checks([(plan, res) for plan, res, _ in reports])
     if unfetched:
         what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
+        fix = (
+            ""
+            if all("(fix: " in why for why in unfetched.values())
+            else " (fix: check that the pinned commit exists upstream and the repository is "
+            "reachable, e.g. git ls-remote REPO, then run again)"
+        )
         print(
             f"error: check --probe-sources: could not fetch {what}; the rules that need "
-            f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above (fix: check that the pinned "
-            "commit exists upstream and the repository is reachable, e.g. git ls-remote REPO, "
-            "then run again)",
+            f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above{fix}",
             file=sys.stderr,
         )
     if failed:
