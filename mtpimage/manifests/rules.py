@@ -246,6 +246,26 @@ def _cuda_tag(version: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _locked_cuda_lines(plan: Plan, f: dict) -> dict[str, str]:
+    """The CUDA line (major+minor, "130") of each CUDA runtime distribution the lock resolved:
+    what PyPI's torch wheel itself requires (torch 2.11.0: cuda-toolkit==13.0.2; 2.10.0:
+    nvidia-cuda-runtime-cu12==12.8.90), read from its metadata by the resolver. Empty when
+    the plan carries no lock (then the table pypi_torch_cuda decides)."""
+    names = {canonical(n) for n in f.get("cuda_line_packages") or ()}
+    out = {}
+    for row in plan.locked:
+        name, version = canonical(row[0]), row[1]
+        if name in names:
+            parts = version.split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                out[f"{name}=={version}"] = f"{parts[0]}{parts[1]}"
+    return out
+
+
+def _line(tag: str) -> str:
+    return f"{tag[:-1]}.{tag[-1]}"
+
+
 @predicate
 def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     torch = plan.package("torch")
@@ -254,25 +274,47 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     tag = _cuda_tag(torch.version)
     major, minor = plan.cuda.split(".")[:2]
     want = f"{major}{minor}"
+    how = f"its +cu{tag} tag"
     if tag is None and torch.index == "pypi" and "+" not in torch.version:
-        # PyPI carries one CUDA build per torch release, without a local version tag
-        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
+        # PyPI carries one CUDA build per torch release, without a local version tag: its
+        # line is what the wheel requires (the lock resolved it), else the known table
+        lines = _locked_cuda_lines(plan, f)
+        if len(set(lines.values())) > 1:
+            return Verdict(
+                FAIL,
+                "the locked set mixes CUDA lines: "
+                + ", ".join(f"{k} (CUDA {_line(v)})" for k, v in sorted(lines.items())),
+            )
+        if lines:
+            [(what, tag)] = list(lines.items())[:1]
+            how = f"the locked {what} its wheel requires"
+        else:
+            tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
+            how = "pypi_torch_cuda in mtpimage/data/rules.yaml"
+            if tag is None:
+                return Verdict(
+                    UNKNOWN,
+                    f"torch {torch.version} from PyPI: its CUDA line is read from the wheel's "
+                    "requirements (cuda-toolkit / nvidia-cuda-runtime) once `python build.py lock` "
+                    f'resolved it; or add `{torch.version}: "NNN"` to pypi_torch_cuda in '
+                    "mtpimage/data/rules.yaml",
+                )
     if tag is None:
         return Verdict(
             FAIL,
-            f"torch {torch.version} has no +cuXYZ build tag and is not a known "
-            "CUDA build on PyPI (a CPU or default build)",
+            f"torch {torch.version} from index {torch.index} has no +cuXYZ build tag "
+            "(a CPU or default build)",
         )
     if tag != want:
         return Verdict(
             FAIL,
-            f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
+            f"torch {torch.version} is built for CUDA {_line(tag)} ({how}), "
             f"the base image has CUDA {plan.cuda}",
         )
     image_tag = plan.base_image.split("@")[0].rsplit(":", 1)[-1]
     if not image_tag.startswith(plan.cuda):
         return Verdict(FAIL, f"base image tag {image_tag} does not match platform.cuda {plan.cuda}")
-    return Verdict(PASS, f"torch +cu{tag} on CUDA {plan.cuda}")
+    return Verdict(PASS, f"torch {torch.version}: CUDA {_line(tag)} ({how}) on CUDA {plan.cuda}")
 
 
 _EXACT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")

@@ -243,3 +243,50 @@ def test_warnings_do_not_fail_check():
     proc = run_main("check", "--profile", "mtp-full")
     assert proc.returncode == 0
     assert "WARNING full-mode-changes-training" in proc.stdout
+
+
+def _torch_plan(version: str, locked: tuple = ()):
+    import dataclasses
+
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-detach", [f"torch.version={version}"]))
+    return dataclasses.replace(plan, locked=locked)
+
+
+def _row(name: str, version: str) -> tuple:
+    return (name, version, "torch", "pypi", f"{name}-{version}.whl", "0" * 64)
+
+
+def _torch_cuda(plan) -> rules.RuleResult:
+    return next(r for r in rules.evaluate(plan) if r.rule.id == "torch-cuda-match")
+
+
+@pytest.mark.parametrize(
+    "version,status,needle",
+    [
+        ("2.10.0", rules.FAIL, "torch 2.10.0 is built for CUDA 12.8"),  # nvidia-cuda-runtime-cu12==12.8.90
+        ("2.11.0", rules.PASS, "CUDA 13.0"),
+        ("2.12.0", rules.PASS, "CUDA 13.0"),  # cuda-toolkit==13.0.2, like 2.11.0
+        ("2.99.0", rules.UNKNOWN, "pypi_torch_cuda in mtpimage/data/rules.yaml"),
+    ],
+)
+def test_torch_cuda_match_judges_pypi_torch_by_the_cuda_its_wheel_requires(version, status, needle):
+    """#36 item 4: PyPI's torch has no +cuXYZ tag: not "a CPU or default build"."""
+    r = _torch_cuda(_torch_plan(version))
+    assert (r.status, needle in r.detail) == (status, True), r.detail
+    assert "no +cuXYZ" not in r.detail
+    assert "pypi_torch_cuda" in r.rule.fix
+
+
+def test_torch_cuda_match_reads_the_locked_cuda_runtime_first():
+    """A locked set says what the wheel required: a release no table knows is judged by it."""
+    r = _torch_cuda(
+        _torch_plan("2.99.0", (_row("cuda-toolkit", "13.0.2"), _row("nvidia-cuda-runtime", "13.0.96")))
+    )
+    assert r.status == rules.PASS and "the locked cuda-toolkit==13.0.2" in r.detail, r.detail
+    r = _torch_cuda(_torch_plan("2.11.0", (_row("nvidia-cuda-runtime-cu12", "12.8.90"),)))
+    assert r.status == rules.FAIL and "built for CUDA 12.8" in r.detail, r.detail
+    r = _torch_cuda(
+        _torch_plan("2.11.0", (_row("cuda-toolkit", "13.0.2"), _row("nvidia-cuda-runtime-cu12", "12.8.90")))
+    )
+    assert r.status == rules.FAIL and "mixes CUDA lines" in r.detail, r.detail
