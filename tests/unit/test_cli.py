@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from .helpers import pin, run_main
 
 PROFILES = {"mtp-load-only", "mtp-full", "mtp-detach", "mtp-cp-recompute", "mtp-rollout"}
@@ -127,6 +129,39 @@ def test_explain_warns_about_model_without_mtp(tmp_path):
     proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert proc.returncode == 0
     assert "no MTP layers" in proc.stdout and "no-op" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": "qwen3_next", "mtp_num_hidden_layers": 1},  # Qwen3-Next: top level
+        {"model_type": "qwen3_5_moe", "text_config": {"mtp_num_hidden_layers": 1}},  # Qwen3.5: nested
+        {"model_type": "deepseek_v3", "num_nextn_predict_layers": 1},
+        # verl takes the first count > 0 (num_nextn_predict_layers 0 does not hide the other)
+        {"model_type": "x", "num_nextn_predict_layers": 0, "mtp_num_hidden_layers": 2},
+    ],
+)
+def test_explain_reads_the_mtp_layer_counts_verl_reads(tmp_path, config):
+    """#36 item 8: verl 7bc80c00 (megatron_utils.py _get_mtp_num_layers) reads
+    num_nextn_predict_layers, mtp_num_hidden_layers and text_config.mtp_num_hidden_layers."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert "no MTP layers" not in proc.stdout, proc.stdout
+
+
+def test_explain_names_every_key_it_read_when_there_are_no_mtp_layers(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 0}}))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert "text_config.mtp_num_hidden_layers is 0: the model has no MTP layers" in proc.stdout
+    cfg.write_text(json.dumps({"model_type": "qwen2"}))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert (
+        "none of num_nextn_predict_layers, mtp_num_hidden_layers, text_config.mtp_num_hidden_layers"
+        in proc.stdout
+    )
 
 
 def test_explain_warns_about_mimo_position_embeddings(tmp_path):
