@@ -41,17 +41,36 @@ def commit(files: dict[Path, str]) -> list[Path]:
             os.chmod(tmp, (path.stat().st_mode & 0o777) if path.exists() else 0o644)
         held: list[int] = []
         with children._holding(held) as before:
-            for tmp, path in staged:
-                os.replace(tmp, path)
+            _replace_all(staged)
             for d in {path.parent for _tmp, path in staged}:
                 _fsync_dir(d)
         if held:
             children._deliver(held[0], before[held[0]])
     finally:
         for tmp, _path in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            for leftover in (tmp, tmp + ".old"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
     return [path for path, _t in todo]
+
+
+def _replace_all(staged: list[tuple[str, Path]]) -> None:
+    """Rename every staged file into place; when one rename fails (a full disk, a read-only
+    file), put back the files already replaced (hard links kept of the old ones), so the
+    manifests are never half old and half new."""
+    done: list[tuple[str, Path]] = []
+    for tmp, path in staged:
+        if path.exists():
+            os.link(path, tmp + ".old")
+    try:
+        for tmp, path in staged:
+            os.replace(tmp, path)
+            done.append((tmp, path))
+    except OSError:
+        for tmp, path in reversed(done):
+            if os.path.exists(tmp + ".old"):
+                os.replace(tmp + ".old", path)
+        raise
 
 
 def _fsync_dir(d: Path) -> None:
