@@ -153,10 +153,13 @@ def upgrade(
         ("packages", n, p["build"]["git"], ("packages", n, "build", "git")) for n, p in sorted(pkgs.items())
     ]
     for section, name, c, path in pins:
-        ref = to if to is not None else c.get("ref")
-        if not ref or (to is None and sources.SHA_RE.match(ref)):
-            continue
-        new = sources.ls_remote(c["repo"], ref)
+        if to is not None and sources.SHA_RE.match(to):
+            ref, new = c.get("ref"), to  # a commit: the ref stays (fetching it verifies it)
+        else:
+            ref = to if to is not None else c.get("ref")
+            if not ref or (to is None and sources.SHA_RE.match(ref)):
+                continue
+            new = sources.ls_remote(c["repo"], ref)
         if new == c.get("commit") and ref == c.get("ref"):
             continue
         what = ".".join(path)
