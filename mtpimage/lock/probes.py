@@ -191,7 +191,12 @@ def _calls(mod: ast.Module, name: str) -> bool:
 def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
     runner, eagle = _find(tree, SGLANG_RUNNER), _find(tree, SGLANG_EAGLE)
     if runner is None or eagle is None:
-        return Verdict(UNKNOWN, f"{SGLANG_RUNNER} or {SGLANG_EAGLE} not found in the sglang tree")
+        gone = " and ".join(rel for rel, p in ((SGLANG_RUNNER, runner), (SGLANG_EAGLE, eagle)) if p is None)
+        return Verdict(
+            UNKNOWN,
+            f"{gone} not in this sglang tree (sglang >= 0.5.16 has no eagle_worker.py; its weight "
+            "updates moved to model_runner_components/weight_updater.py): the probe cannot decide",
+        )
     rmod, emod = _parse(runner), _parse(eagle)
     if rmod is None or emod is None:
         return Verdict(UNKNOWN, "sglang sources do not parse")

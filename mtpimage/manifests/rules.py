@@ -367,6 +367,23 @@ def decided_in_image(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def sglang_distributed_draft_sync(plan: Plan, f: dict) -> Verdict:
+    if not modes.get(plan.mode).rollout or plan.rollout_engine != "sglang":
+        return Verdict(NA, "no MTP rollout on sglang")
+    sg = plan.component("sglang")
+    v = _version(sg.version) if sg is not None else None
+    if v is None:
+        return Verdict(NA, "the sglang version is not recorded (a git source without `version`)")
+    bug = f["sglang"]["distributed_draft_sync_bug"]
+    if Version(bug["first"]) <= _base(v) <= Version(bug["last"]):
+        return Verdict(
+            FAIL,
+            f"sglang {v}: update_weights_from_distributed leaves the MTP draft weights stale ({bug['link']})",
+        )
+    return Verdict(PASS, f"sglang {v} is outside {bug['first']}..{bug['last']}")
+
+
+@predicate
 def rollout_throughput(plan: Plan, f: dict) -> Verdict:
     if modes.get(plan.mode).rollout and plan.rollout_engine == "sglang":
         return Verdict(FAIL, "MTP speculative rollout on SGLang")
@@ -384,10 +401,16 @@ def evaluate(plan: Plan, probes: dict[str, Verdict] | None = None) -> list[RuleR
     f = facts()
     results = []
     for rule in rules():
+        known = PREDICATES[rule.predicate](plan, f)
+        verdict, source = known, "known-pins"
         if probes and rule.id in probes:
-            verdict, source = probes[rule.id], "probe"
-        else:
-            verdict, source = PREDICATES[rule.predicate](plan, f), "known-pins"
+            probed = probes[rule.id]
+            if probed.status != UNKNOWN or known.status not in (PASS, FAIL):
+                verdict, source = probed, "probe"
+            else:  # an inconclusive probe never hides a known verdict
+                verdict = Verdict(
+                    known.status, f"{known.detail} (the source probe was inconclusive: {probed.detail})"
+                )
         results.append(RuleResult(rule, verdict.status, verdict.detail, source))
     return results
 

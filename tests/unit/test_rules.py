@@ -290,3 +290,28 @@ def test_torch_cuda_match_reads_the_locked_cuda_runtime_first():
         _torch_plan("2.11.0", (_row("cuda-toolkit", "13.0.2"), _row("nvidia-cuda-runtime-cu12", "12.8.90")))
     )
     assert r.status == rules.FAIL and "mixes CUDA lines" in r.detail, r.detail
+
+
+def test_an_inconclusive_probe_never_hides_a_known_verdict():
+    """#36 item 5: sglang 0.5.12 from PyPI without its patch is a known FAIL; a probe that
+    cannot decide (files moved in newer sglang) does not turn it into UNKNOWN (exit 0)."""
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-rollout", ["sglang.patches=[]"]))
+    probes = {"sglang-rollout-fix": rules.Verdict(rules.UNKNOWN, "eagle_worker.py not in this sglang tree")}
+    r = next(r for r in rules.evaluate(plan, probes) if r.rule.id == "sglang-rollout-fix")
+    assert r.status == rules.FAIL and "the source probe was inconclusive" in r.detail, r.detail
+    decided = {"sglang-rollout-fix": rules.Verdict(rules.PASS, "unwrap_ipc_tensors defined")}
+    r = next(r for r in rules.evaluate(plan, decided) if r.rule.id == "sglang-rollout-fix")
+    assert (r.status, r.source) == (rules.PASS, "probe")  # a decided probe still overrides
+
+
+@pytest.mark.parametrize(
+    "version,status",
+    [("0.5.12", rules.FAIL), ("0.5.12.post1", rules.FAIL), ("0.5.17", rules.FAIL), ("0.5.18", rules.PASS)],
+)
+def test_mtp_rollout_warns_about_the_distributed_draft_sync(version, status):
+    """#36 item 5: sglang 0.5.12-0.5.17 update_weights_from_distributed skips the draft model
+    (sgl-project/sglang#27718): a warning for MTP rollout; not for profiles without rollout."""
+    r = verdicts("mtp-rollout", [f"sglang.version={version}"])["sglang-distributed-draft-sync"]
+    assert r.status == status and r.rule.severity == "warning", r.detail
+    assert verdicts("mtp-detach")["sglang-distributed-draft-sync"].status == rules.NA
