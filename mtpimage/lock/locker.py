@@ -236,8 +236,9 @@ def _source_root(tree: Path, c: Component) -> Path:
 
 
 class Locker(PythonSets):
-    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None):
+    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None, previous: dict | None = None):
         self.m = m
+        self.previous = previous  # lock.yaml before this run: what each patch was known to fit
         self.cutoff = cutoff or {}
         self.ss = SourceSet()
         self.unverified: list[str] = []
@@ -296,6 +297,7 @@ class Locker(PythonSets):
                         )
                         patches.append(pe)
                         continue
+                    target = src_root if c.source == "git" else tree
                     if c.source == "git":
                         ok, err = sources.apply_check(src_root, path, p.strip)
                         pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
@@ -304,6 +306,7 @@ class Locker(PythonSets):
                         pe["checked_with"] = (
                             f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
                         )
+                    misfit = None if ok else self._misfit(c, p, path, target, err)  # the file exists here
             except PatchUnavailable as exc:
                 if not exc.offline:
                     raise
@@ -314,10 +317,32 @@ class Locker(PythonSets):
             pe.update(applies=ok, verified=True)
             if not ok:
                 pe["error"] = err
-                self.failures.append(f"{c.name}: patch {p.describe()} does not apply: {err}")
+                self.failures.append(misfit)
             patches.append(pe)
         entry["patches"] = patches
         return entry
+
+    def _misfit(self, c, p, path: Path, tree: Path, err: str) -> str:
+        """One line: the patch, the artifact it does not fit, the files it cannot find there
+        (or git's/patch's reason), and the version it fitted when the previous lock checked it."""
+        from mtpimage.lock.probes import patch_paths
+
+        artifact = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.repo} @ {c.commit[:12]}"
+        gone = [f for f in patch_paths(path, p.strip) if not (tree / f).exists()]
+        why = f"{', '.join(gone)} not in it" if gone else err
+        old = ((self.previous or {}).get("components") or {}).get(c.name) or {}
+        fitted = any(e.get("sha256") == p.sha256 and e.get("applies") for e in old.get("patches") or [])
+        was = (
+            f"{old.get('package')} {old.get('version')}"
+            if old.get("source") == "pypi"
+            else f"{old.get('repo')} @ {str(old.get('commit'))[:12]}"
+        )
+        fits = f"it fits {was} (lock.yaml)" if fitted else "no locked version recorded it applying"
+        return (
+            f"{c.name}: patch {p.describe()} does not apply to {artifact}: {why}; {fits} (fix: keep "
+            f"{c.name} where the patch fits, or replace the patch with one made for {artifact}; drop it "
+            "if its fix landed upstream)"
+        )
 
     def patch_where(self, plan: Plan, comp: str) -> str:
         """file:line of a component's patch list: its profile's override, or components.yaml."""
@@ -435,7 +460,7 @@ def lock(
                 m = manifest.load(m.root, staged)
         plans = _plans(m, names)
         _one_pin_per_component(m, plans)
-        locker = Locker(m, cutoff)
+        locker = Locker(m, cutoff, previous)
         old = (previous if only else None) or {}
         entries = _LockEntries(
             components=dict(old.get("components") or {}),

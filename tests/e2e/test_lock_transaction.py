@@ -192,3 +192,35 @@ def test_sigterm_during_upgrade_moves_neither_file(
     assert proc.returncode == 143, out[-3000:]
     assert "Traceback" not in out
     assert snapshot(m) == before
+
+
+def test_a_bump_the_patch_no_longer_fits_is_refused_naming_the_file_and_what_it_fits(
+    private_git_world, fast_net, tmp_path, http_server, monkeypatch
+):
+    """#36 item 5: the patch applied to the locked commit; the new head changed the file it
+    edits: the lock names the patch, the new artifact, and the commit it fitted (lock.yaml)."""
+    repos = private_git_world.repos
+    m = standin_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
+    readme = "Stand-in for NVIDIA/Megatron-LM (megatron-core) used by tests.\n"
+    patch = (f"--- a/README.md\n+++ b/README.md\n@@ -1 +1,2 @@\n {readme}+A site's own line.\n").encode()
+    (m / "patches").mkdir()
+    (m / "patches" / "readme.patch").write_bytes(patch)
+    entry = {"file": "patches/readme.patch", "sha256": hashlib.sha256(patch).hexdigest(), "strip": 1}
+    _edit(
+        m,
+        lambda c: c["components"]["megatron-lm"].update(patches=[{**entry, "url": "https://example.org/p"}]),
+    )
+    ok = build("lock", "--manifests", str(m), "--profile", PROFILE)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    old = repos.megatron.commits["fixed"]
+    head = advance_branch(repos.megatron, "main", "Reword the README", files={"README.md": "Reworded.\n"})
+    before = snapshot(m)
+    proc = build("lock", "--manifests", str(m), "--profile", PROFILE, "--upgrade", "megatron-lm")
+    _refused(
+        proc,
+        before,
+        m,
+        "megatron-lm: patch patches/readme.patch",
+        f"does not apply to https://github.com/NVIDIA/Megatron-LM @ {head[:12]}",
+        f"it fits https://github.com/NVIDIA/Megatron-LM @ {old[:12]} (lock.yaml)",
+    )
