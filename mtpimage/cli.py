@@ -297,7 +297,9 @@ def cmd_main(args):
         from mtpimage.lock import lockfile
 
         lockfile.check_frozen(m, plan)  # what the build would stop on, a dry run stops on too
-    results = rules.evaluate(plan)
+    from mtpimage.lock.lockfile import locked_probes
+
+    results = rules.evaluate(plan, locked_probes(m, plan), "lock")
     if args.json:
         print(
             json.dumps(

@@ -388,6 +388,28 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
         )
 
 
+def locked_probes(manifests, plan: Plan) -> dict:
+    """The source-probe verdicts lock.yaml recorded for this profile, as rules.Verdicts, when
+    the lock matches the plan (else {}): what `lock` decided from the real sources counts in
+    `check` and `--dry-run`, so a new commit the known lists do not name is not UNKNOWN there."""
+    from mtpimage.manifests.rules import Verdict
+
+    lock = read(lock_path(Path(manifests.root)))
+    if lock is None:
+        return {}
+    try:
+        check_frozen(manifests, plan, lock)
+    except InputError:
+        return {}
+    recorded = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("probes") or {}
+    where = f"{Path(manifests.root).name}/{LOCK_NAME}"
+    return {
+        rid: Verdict(str(v.get("status")), f"{v.get('detail', '')} (recorded in {where})")
+        for rid, v in sorted(recorded.items())
+        if isinstance(v, dict) and v.get("status")
+    }
+
+
 def locked_requirements(manifests, plan: Plan) -> tuple:
     """Every distribution lock.yaml resolved for this profile, as (name, version, layer, index,
     file, sha256): what the image installs, exactly, with no resolution at build time. Git

@@ -401,13 +401,19 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     `check` reports. With probe_sources the rules that read code are decided from each pinned
     source; one source that cannot be fetched does not stop the others from being probed (its
     rules are UNKNOWN with the reason), and a failed (repository, commit) is not fetched twice."""
+    from mtpimage.lock import lockfile
+    from mtpimage.manifests import manifest
+
     fetch = sources.remembering_fetch() if probe_sources else None
     out = []
+    m = None if probe_sources else manifest.load(manifests_root)
     for plan in plans:
-        probes, missing = None, {}
+        probes, missing, evidence = None, {}, "probe"
         if probe_sources:
             ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
             probes = probe_plan(plan, manifests_root, ss)
             missing = dict(ss.failed)
-        out.append((plan, rules_mod.evaluate(plan, probes), missing))
+        else:  # the verdicts lock.yaml recorded for this very plan count
+            probes, evidence = lockfile.locked_probes(m, plan), "lock"
+        out.append((plan, rules_mod.evaluate(plan, probes, evidence), missing))
     return out

@@ -218,6 +218,15 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
     if mb.source == "git":
         broken = mb.commit in fm["commits"]
         what = f"mbridge {mb.commit[:10]}"
+        good = f["mbridge"].get("good_commits") or {}
+        if mb.commit in good:
+            return Verdict(PASS, f"{what} ({good[mb.commit]}) does not use ModelType.encoder_and_decoder")
+        if not broken:
+            mv = megatron_version(plan, f)
+            if mv is not None and _base(mv) < Version(f["mbridge"]["mcore_min_version"]):
+                return Verdict(PASS, f"{what} with megatron-core {mv}: ModelType.encoder_and_decoder exists")
+            # an unknown commit may use it (d10f3c6b does): only its source can tell
+            return Verdict(UNKNOWN, f"{what} is in no known list; `lock` or `check --probe-sources` decides")
     else:
         broken = mb.version in fm["pypi_versions"]
         what = f"PyPI mbridge {mb.version}"
@@ -397,7 +406,11 @@ def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
     return Verdict(NA, f"mode {plan.mode}")
 
 
-def evaluate(plan: Plan, probes: dict[str, Verdict] | None = None) -> list[RuleResult]:
+def evaluate(
+    plan: Plan, probes: dict[str, Verdict] | None = None, evidence: str = "probe"
+) -> list[RuleResult]:
+    """Every rule's result; `probes` (a source probe's verdicts, or those lock.yaml recorded:
+    evidence "lock") decide the rules they cover, unless inconclusive where the known lists decide."""
     f = facts()
     results = []
     for rule in rules():
@@ -406,7 +419,7 @@ def evaluate(plan: Plan, probes: dict[str, Verdict] | None = None) -> list[RuleR
         if probes and rule.id in probes:
             probed = probes[rule.id]
             if probed.status != UNKNOWN or known.status not in (PASS, FAIL):
-                verdict, source = probed, "probe"
+                verdict, source = probed, evidence
             else:  # an inconclusive probe never hides a known verdict
                 verdict = Verdict(
                     known.status, f"{known.detail} (the source probe was inconclusive: {probed.detail})"

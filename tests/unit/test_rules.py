@@ -315,3 +315,50 @@ def test_mtp_rollout_warns_about_the_distributed_draft_sync(version, status):
     r = verdicts("mtp-rollout", [f"sglang.version={version}"])["sglang-distributed-draft-sync"]
     assert r.status == status and r.rule.severity == "warning", r.detail
     assert verdicts("mtp-detach")["sglang-distributed-draft-sync"].status == rules.NA
+
+
+def test_the_locks_recorded_probe_verdicts_count_in_check(tmp_path):
+    """#36 item 3: a commit no known list names is decided by the probe `lock` recorded for
+    it: plain `check` and `--dry-run` say PASS (evidence: lock), not UNKNOWN; an edit that
+    makes the lock disagree with the manifests drops them (the known lists decide again)."""
+    import json
+    import shutil
+
+    from tests.unit.helpers import pin
+
+    root = Path(shutil.copytree(manifest.load().root, tmp_path / "manifests"))
+    old, new = pin("megatron-lm"), "ab" * 20  # a commit no known list names
+    for name in ("components.yaml", "lock.yaml"):
+        (root / name).write_text((root / name).read_text().replace(old, new))
+    proc = run_main("check", "--manifests", str(root), "--profile", "mtp-cp-recompute", "--json")
+    res = {r["id"]: r for r in json.loads(proc.stdout)[0]["rules"]}
+    assert (res["recompute-padding-mask"]["status"], res["recompute-padding-mask"]["evidence"]) == (
+        "pass",
+        "lock",
+    )
+    assert "recorded in manifests/lock.yaml" in res["recompute-padding-mask"]["detail"]
+    dry = run_main("--manifests", str(root), "--profile", "mtp-cp-recompute", "--dry-run")
+    assert "UNKNOWN recompute-padding-mask" not in dry.stdout
+    drifted = run_main(
+        "check",
+        "--manifests",
+        str(root),
+        "--profile",
+        "mtp-cp-recompute",
+        "--json",
+        "--set",
+        f"megatron-lm.commit={'cd' * 20}",
+    )
+    res = {r["id"]: r for r in json.loads(drifted.stdout)[0]["rules"]}
+    assert (res["recompute-padding-mask"]["status"], res["recompute-padding-mask"]["evidence"]) == (
+        "unknown",
+        "known-pins",
+    )
+
+
+def test_mbridge_rule_does_not_pass_a_commit_it_does_not_know():
+    """#36 item 3: d10f3c6b used ModelType.encoder_and_decoder and passed offline: an mbridge
+    commit in no known list is UNKNOWN on megatron-core >= 0.17 (its probe decides)."""
+    r = verdicts("mtp-detach", [f"mbridge.commit={'ef' * 20}"])["mbridge-mcore-017"]
+    assert r.status == rules.UNKNOWN and "no known list" in r.detail, r.detail
+    assert verdicts("mtp-detach")["mbridge-mcore-017"].status == rules.PASS  # the shipped pin is known good
