@@ -195,6 +195,11 @@ def cmd_check(args) -> int:
         )
     else:
         print_checks([(plan, res) for plan, res, _ in reports])
+        from mtpimage.manifests import sitefacts
+
+        added = sitefacts.load(m.root, rules.facts()).added
+        if added:
+            print(f"site facts ({len(added)}, merged over the tool's): {'; '.join(added)}")
     if unfetched:
         what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
         fix = (
@@ -223,7 +228,7 @@ def cmd_explain(args) -> int:
             f"profile {plan.profile} supports {', '.join(plan.targets)} only",
             f"use --target {plan.targets[0]} or another profile",
         )
-    results = rules.evaluate(plan)
+    results = rules.evaluate(plan, f=rules.facts_for(m.root))
     notes = [
         f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
         for r in rules.errors(results) + rules.warnings(results)
@@ -299,7 +304,7 @@ def cmd_main(args):
         lockfile.check_frozen(m, plan)  # what the build would stop on, a dry run stops on too
     from mtpimage.lock.lockfile import locked_probes
 
-    results = rules.evaluate(plan, locked_probes(m, plan), "lock")
+    results = rules.evaluate(plan, locked_probes(m, plan), "lock", rules.facts_for(m.root))
     if args.json:
         print(
             json.dumps(

@@ -565,7 +565,7 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
             if p.build is not None:
                 e.packages[p.name].update(locker.extension_source(p))
         probes = probe_plan(plan, m.root, locker.ss)
-        results = rules.evaluate(plan, probes)
+        results = rules.evaluate(plan, probes, f=rules.facts_for(m.root))
         locker.results[plan.profile] = results
         for r in rules.errors(results):
             if r.rule.id in probes:

@@ -345,7 +345,7 @@ def probe_plan(
     root = Path(manifests_root or DEFAULT_MANIFESTS)
     ss = source_set or SourceSet(dict(plan.indexes))
     ss.indexes = ss.indexes or dict(plan.indexes)
-    f = rules_mod.facts()
+    f = rules_mod.facts_for(root)
     by_id = {r.id: r for r in rules_mod.rules()}
     out: dict[str, Verdict] = {}
 
@@ -405,6 +405,7 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     from mtpimage.manifests import manifest
 
     fetch = sources.remembering_fetch() if probe_sources else None
+    f = rules_mod.facts_for(manifests_root)
     out = []
     m = None if probe_sources else manifest.load(manifests_root)
     for plan in plans:
@@ -415,5 +416,5 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
             missing = dict(ss.failed)
         else:  # the verdicts lock.yaml recorded for this very plan count
             probes, evidence = lockfile.locked_probes(m, plan), "lock"
-        out.append((plan, rules_mod.evaluate(plan, probes, evidence), missing))
+        out.append((plan, rules_mod.evaluate(plan, probes, evidence, f), missing))
     return out

@@ -74,6 +74,13 @@ def facts() -> dict:
     return _data()["facts"]
 
 
+def facts_for(manifests_root) -> dict:
+    """The tool's facts with the site's (manifests/facts.yaml, sitefacts.py) merged in."""
+    from mtpimage.manifests import sitefacts
+
+    return sitefacts.load(manifests_root, facts()).facts
+
+
 def rules() -> list[Rule]:
     return [
         Rule(
@@ -407,11 +414,11 @@ def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
 
 
 def evaluate(
-    plan: Plan, probes: dict[str, Verdict] | None = None, evidence: str = "probe"
+    plan: Plan, probes: dict[str, Verdict] | None = None, evidence: str = "probe", f: dict | None = None
 ) -> list[RuleResult]:
     """Every rule's result; `probes` (a source probe's verdicts, or those lock.yaml recorded:
     evidence "lock") decide the rules they cover, unless inconclusive where the known lists decide."""
-    f = facts()
+    f = f if f is not None else facts()
     results = []
     for rule in rules():
         known = PREDICATES[rule.predicate](plan, f)
