@@ -37,7 +37,10 @@ SGLANG_RUNNER = _SGLANG["file"]
 SGLANG_EAGLE = _SGLANG["caller_file"]
 MIMO_BRIDGE = _MIMO["file"]
 
-PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values())
+# A probe of the source alone (no in-image counterpart: what it reads is the version the source
+# builds, which the in-image `versions` check already compares).
+SOURCE_ONLY_RULES = ("mtp-context-parallel",)
+PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values()) + SOURCE_ONLY_RULES
 
 
 # ----------------------------------------------------------------------------- pure probes
@@ -208,6 +211,26 @@ def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
     if not _calls(emod, fn):
         return Verdict(FAIL, f"{SGLANG_EAGLE} does not call {fn} ({how})")
     return Verdict(PASS, f"{fn} defined and used by the EAGLE worker ({how})")
+
+
+def mtp_cp(tree: Path, f: dict) -> Verdict:
+    """MTP with context parallelism: the megatron-core version the source itself builds."""
+    from packaging.version import InvalidVersion, Version
+
+    from mtpimage.lock import srcmeta
+
+    try:
+        v = Version(srcmeta.read(tree).version)
+    except (srcmeta.MetadataUnreadable, InvalidVersion) as exc:
+        return Verdict(UNKNOWN, f"the source's version cannot be read: {exc}")
+    first = Version(f["megatron"]["mtp_cp_from"])
+    if v < first:  # 0.14.0rc1 still asserts CP == 1
+        return Verdict(
+            FAIL, f"the source builds megatron-core {v}: MTP needs CP == 1 before {first} (source probe)"
+        )
+    return Verdict(
+        PASS, f"the source builds megatron-core {v}: MTP supports context parallelism (source probe)"
+    )
 
 
 def bridge_mimo(tree: Path) -> Verdict:
@@ -387,6 +410,11 @@ def probe_plan(
     sg = plan.component("sglang")
     if base is not None and sg is not None:
         out["sglang-rollout-fix"] = _probe_sglang(plan, sg, ss, root)
+
+    base = applies("mtp-context-parallel")
+    if base is not None and mc is not None:
+        tree = ss.tree(mc)
+        out["mtp-context-parallel"] = mtp_cp(tree, f) if tree is not None else unavailable(mc, base)
 
     base = applies("mimo-needs-bridge-2387")
     br = plan.component("megatron-bridge")

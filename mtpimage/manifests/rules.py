@@ -250,6 +250,24 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def mtp_context_parallel(plan: Plan, f: dict) -> Verdict:
+    cp = int(plan.engine_dict().get("context_parallel_size") or 1)
+    if cp <= 1:
+        return Verdict(NA, "no context parallelism")
+    if plan.component("megatron-lm") is None:
+        return Verdict(NA, "no megatron-lm in the stack")
+    mv = megatron_version(plan, f)
+    first = Version(f["megatron"]["mtp_cp_from"])
+    if mv is None:
+        return Verdict(UNKNOWN, f"the pinned Megatron's version is unknown; its source decides (CP {cp})")
+    if _base(mv) < first:
+        return Verdict(
+            FAIL, f"megatron-core {mv} with context_parallel_size {cp}: MTP needs CP == 1 before {first}"
+        )
+    return Verdict(PASS, f"megatron-core {mv} supports MTP with context_parallel_size {cp}")
+
+
+@predicate
 def python_312(plan: Plan, f: dict) -> Verdict:
     want = f["python"]["required"]
     if plan.python != want:

@@ -254,3 +254,17 @@ def test_dry_run_frozen_stops_on_a_lock_that_drifted(tmp_path, capsys):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "component verl drifted" in err and "lock --upgrade verl" in err
+
+
+@pytest.mark.parametrize("version,status", [("0.13.0", FAIL), ("0.14.0rc1", FAIL), ("0.14.0", PASS)])
+def test_mtp_context_parallel_probe_reads_the_version_the_source_builds(tmp_path, version, status):
+    """#36 item 7: the probe decides from the source (its own metadata), not from the manifest."""
+    from mtpimage.manifests import rules
+
+    write(
+        tmp_path,
+        "pyproject.toml",
+        f'[project]\nname = "megatron-core"\nversion = "{version}"\ndependencies = []\n',
+    )
+    v = probes.mtp_cp(tmp_path, rules.facts())
+    assert v.status == status and version in v.detail, v

@@ -362,3 +362,21 @@ def test_mbridge_rule_does_not_pass_a_commit_it_does_not_know():
     r = verdicts("mtp-detach", [f"mbridge.commit={'ef' * 20}"])["mbridge-mcore-017"]
     assert r.status == rules.UNKNOWN and "no known list" in r.detail, r.detail
     assert verdicts("mtp-detach")["mbridge-mcore-017"].status == rules.PASS  # the shipped pin is known good
+
+
+@pytest.mark.parametrize(
+    "commit,want",
+    [
+        ("c550cf6c41c31cd3ec72e05c25ea0c979f2b6631", rules.FAIL),  # core_v0.13.0 asserts CP == 1 with MTP
+        ("ea651a3b78b9b0c1dfd83975ff28853e38e5abaa", rules.FAIL),  # core_v0.13.1
+        (
+            "23e00ed0963c35382dfe8a5a94fb3cda4d21e133",
+            rules.PASS,
+        ),  # core_v0.14.0: CP support for MTP (08abeedb)
+        (GOOD_019, rules.PASS),
+    ],
+)
+def test_mtp_with_context_parallelism_needs_megatron_core_014(commit, want):
+    """#36 item 7: core_v0.13.0 with CP=2 passed every check."""
+    assert status("mtp-cp-recompute", "mtp-context-parallel", [f"megatron-lm.commit={commit}"]) == want
+    assert status("mtp-detach", "mtp-context-parallel") == rules.NA  # CP 1
