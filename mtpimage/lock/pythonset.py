@@ -102,6 +102,7 @@ class PythonSets:
                 f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} "
                 "(fix: an override or exclude in components.yaml `resolution`, with why and link)",
             )
+        self._cuda_line(plan, res.packages, s.key)
         layers = resolver.assign_layers(res.packages, _layer_members(plan))
         try:
             files, index_of = self._select_files(plan, s, res)
@@ -127,6 +128,28 @@ class PythonSets:
         self._unverified_of(doc, res, s.unverified)
         self.sets[s.key] = doc
         return s.key
+
+    def _cuda_line(self, plan: Plan, packages: dict, key: str) -> None:
+        """CUDA toolkit wheels of another minor than the base's (nvidia-cuda-nvcc 13.2 on a CUDA
+        13.0 stack) fail the lock, unless a resolution override names the package (declared)."""
+        from packaging.utils import canonicalize_name
+
+        from mtpimage.manifests import rules
+
+        versioned = {canonicalize_name(n) for n in rules.facts().get("cuda_toolkit_versioned") or ()}
+        declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.overrides}
+        want = ".".join(plan.cuda.split(".")[:2])
+        for name, entry in sorted(packages.items()):
+            base = canonicalize_name(name)
+            base = base.rsplit("-cu", 1)[0] if base.rsplit("-cu", 1)[-1].isdigit() else base
+            line = ".".join(str(entry["version"]).split(".")[:2])
+            if base in versioned and line != want and canonicalize_name(name) not in declared:
+                self.failures.append(
+                    f"python set {key} ({plan.profile}): {name} {entry['version']} is CUDA {line}, the base "
+                    f"image is CUDA {plan.cuda} (required by {', '.join(entry.get('via') or ['?'])}) (fix: "
+                    f"pin it to CUDA {want} with a resolution override, e.g. {name}=={want}.*, with why and "
+                    "link; an override that names it is the declaration that the mix is meant)"
+                )
 
     def _set_inputs(self, plan: Plan) -> _SetInputs:
         """Stage 1: which indexes answer, what is required, what stands in for what an index
@@ -276,6 +299,12 @@ class _SetInputs:
     overrides: list[str] = field(default_factory=list)
     excludes: list[str] = field(default_factory=list)
     key: str = ""
+
+
+def _req_name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
 
 
 def _set_head(plan: Plan, s: _SetInputs) -> dict:

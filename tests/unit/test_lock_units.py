@@ -268,3 +268,39 @@ def test_mtp_context_parallel_probe_reads_the_version_the_source_builds(tmp_path
     )
     v = probes.mtp_cp(tmp_path, rules.facts())
     assert v.status == status and version in v.detail, v
+
+
+def test_a_cuda_toolkit_wheel_of_another_minor_fails_the_lock_unless_declared():
+    """#36 item 6: sglang 0.5.13's lock added nvidia-cuda-nvcc 13.2.86 to a CUDA 13.0 stack
+    without a word; the libraries' own numbering (cuBLAS 13.1.0.3 is CUDA 13.0's) is not judged."""
+    import dataclasses
+
+    from mtpimage.lock.pythonset import PythonSets
+
+    class Sets(PythonSets):
+        def __init__(self):
+            self.failures = []
+
+    plan = plan_for(manifest.load(), "mtp-detach", None)
+    assert plan.cuda.startswith("13.0")
+    resolved = {
+        "nvidia-cuda-nvcc": {"version": "13.2.86", "via": ["sglang"]},
+        "nvidia-cuda-crt-cu13": {"version": "13.5.37", "via": ["nvidia-cuda-nvcc"]},
+        "nvidia-cuda-runtime": {"version": "13.0.96", "via": ["cuda-toolkit"]},
+        "nvidia-cublas": {"version": "13.1.0.3", "via": ["cuda-toolkit"]},
+    }
+    s = Sets()
+    s._cuda_line(plan, resolved, "k")
+    assert len(s.failures) == 2, s.failures
+    assert (
+        "nvidia-cuda-nvcc 13.2.86 is CUDA 13.2, the base image is CUDA 13.0.2 (required by sglang)"
+        in s.failures[1]
+    )
+    declared = dataclasses.replace(
+        plan,
+        overrides=plan.overrides
+        + (("nvidia-cuda-nvcc==13.2.86", "why", "link"), ("nvidia-cuda-crt-cu13>=13.5", "why", "link")),
+    )
+    s = Sets()
+    s._cuda_line(declared, resolved, "k")
+    assert s.failures == []
