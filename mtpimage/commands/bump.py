@@ -83,9 +83,9 @@ def cmd_bump(args) -> int:
             raise
     status = "failed" if out.failures else ("dry run" if dry else "passed")
     moved = {mv.name: _package_of(m, mv.name) for mv in out.moves}
-    text = bumpreport.markdown(
-        args.component, out, old_plans, status, bumpreport.overrides_to_review(m.catalogue.data, moved)
-    )
+    review = [n for n in out.notes if n.startswith("override ")]  # read from the sources by the lock
+    review += [o for o in bumpreport.overrides_to_review(m.catalogue.data, moved) if not review]
+    text = bumpreport.markdown(args.component, out, old_plans, status, review)
     _write_report(args.report, text)
     if out.failures:
         code = refused(out)  # the reason first, on stderr

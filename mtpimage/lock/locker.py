@@ -245,6 +245,7 @@ class Locker(PythonSets):
         self.failures: list[str] = []
         self.sets: dict[str, dict] = {}
         self.resolve_seconds = 0.0
+        self.notes: list[str] = []  # what the run found to review (an override's changed coverage)
         self.results: dict[str, list] = {}  # profile -> its rules' results (with its probes)
 
     # compiled extensions ----------------------------------------------------
@@ -490,7 +491,7 @@ def lock(
         unverified=locker.unverified,
         failures=locker.failures,
         cutoff=cutoff["exclude_newer"],
-        notes=notes,
+        notes=notes + locker.notes,
         moves=moves,
         previous=previous,
         doc=doc,

@@ -304,3 +304,37 @@ def test_a_cuda_toolkit_wheel_of_another_minor_fails_the_lock_unless_declared():
     s = Sets()
     s._cuda_line(declared, resolved, "k")
     assert s.failures == []
+
+
+def test_an_override_records_what_it_covers_and_names_a_declaration_nobody_reviewed(tmp_path):
+    """#36 item 6: with sglang 0.5.13 the transformers override silently replaced sglang's
+    transformers==5.8.1 while its record said 5.6.0: the lock records what each override
+    covers (who, requirement, read from the wheel) and prints the one the record lacks."""
+    from types import SimpleNamespace
+
+    from mtpimage.lock import pythonset
+
+    m = manifest.load()
+    plan = plan_for(m, "mtp-detach", None)
+    wheel = tmp_path / "sglang"
+    write(wheel, "sglang-0.5.12.dist-info/METADATA", "Name: sglang\nRequires-Dist: transformers==5.6.0\n")
+
+    class Sets(pythonset.PythonSets):
+        def __init__(self):
+            self.m, self.ss, self.notes = m, SimpleNamespace(trees={"sglang": wheel}), []
+
+    def covers(sets):
+        s = pythonset._SetInputs(indexes={}, used=[], reach={})
+        doc = {"overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.overrides]}
+        sets._override_covers(plan, s, doc)
+        return {o["requirement"]: o["covers"] for o in doc["overrides"]}
+
+    sets = Sets()
+    assert covers(sets)["transformers==5.10.4"] == ["sglang 0.5.12: transformers==5.6.0"]
+    assert sets.notes == []  # components.yaml records exactly that
+    write(wheel, "sglang-0.5.12.dist-info/METADATA", "Name: sglang\nRequires-Dist: transformers==5.8.1\n")
+    sets = Sets()
+    covers(sets)
+    [note] = sets.notes
+    assert note.startswith("override transformers==5.10.4 now covers sglang 0.5.12: transformers==5.8.1;")
+    assert "components.yaml records sglang 0.5.12: transformers==5.6.0" in note
