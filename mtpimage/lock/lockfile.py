@@ -350,6 +350,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             raise InputError(
                 where, f"components.{c.name}.patches", f"component {c.name} drifted: {what}", _fix(c.name)
             )
+    _refuse_recorded_failures(where, lock, plan)
     pkgs = lock.get("packages") or {}
     for p in plan.packages:
         entry = pkgs.get(p.name)
@@ -386,6 +387,39 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}",
             _fix(),
         )
+
+
+def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
+    """A lock.yaml that records a failure (written by a tool before #36, which wrote failed
+    locks): a patch that does not apply, a set that did not resolve, a probe that failed. It
+    matches the manifests, but nothing it records was verified: stop as on drift."""
+    entries = lock.get("components") or {}
+    for c in plan.components:
+        for i, p in enumerate((entries.get(c.name) or {}).get("patches") or []):
+            if p.get("applies") is False:
+                raise InputError(
+                    where,
+                    f"components.{c.name}.patches[{i}].applies",
+                    f"records a patch of {c.name} that does not apply",
+                    _fix(c.name),
+                )
+    prof = (lock.get("profiles") or {}).get(plan.profile) or {}
+    pyset = (lock.get("python_sets") or {}).get(prof.get("python_set")) or {}
+    if pyset.get("resolved") is False:
+        raise InputError(
+            where,
+            f"python_sets.{prof.get('python_set')}.resolved",
+            "records a set that did not resolve",
+            _fix(),
+        )
+    for rid, v in sorted((prof.get("probes") or {}).items()):
+        if isinstance(v, dict) and v.get("status") == "fail":
+            raise InputError(
+                where,
+                f"profiles.{plan.profile}.probes.{rid}",
+                f"records a failed probe: {v.get('detail', '')}",
+                _fix(),
+            )
 
 
 def locked_probes(manifests, plan: Plan) -> dict:

@@ -338,3 +338,24 @@ def test_an_override_records_what_it_covers_and_names_a_declaration_nobody_revie
     [note] = sets.notes
     assert note.startswith("override transformers==5.10.4 now covers sglang 0.5.12: transformers==5.8.1;")
     assert "components.yaml records sglang 0.5.12: transformers==5.6.0" in note
+
+
+@pytest.mark.parametrize("failure", ["patch", "set", "probe"])
+def test_frozen_refuses_a_lock_that_records_a_failure(failure):
+    """#36 item 1: locks written by the tool before #36 recorded failures (a patch that does not
+    apply, `packages: {}` of a set that did not resolve, a failed probe) and `check` said ok:
+    such a lock stops a frozen build as drift does."""
+    m = manifest.load()
+    plan = plan_for(m, "mtp-rollout", None)
+    lock = _lock_for(m, plan)
+    lock["profiles"]["mtp-rollout"]["python_set"] = "k"
+    lock["python_sets"] = {"k": {"resolved": True}}
+    lockfile.check_frozen(m, plan, lock)
+    if failure == "patch":
+        lock["components"]["sglang"]["patches"][0]["applies"] = False
+    elif failure == "set":
+        lock["python_sets"]["k"]["resolved"] = False
+    else:
+        lock["profiles"]["mtp-rollout"]["probes"] = {"sglang-rollout-fix": {"status": "fail", "detail": "x"}}
+    with pytest.raises(InputError, match="records a"):
+        lockfile.check_frozen(m, plan, lock)
