@@ -195,13 +195,22 @@ def cmd_check(args) -> int:
         )
     else:
         print_checks([(plan, res) for plan, res, _ in reports])
+        from mtpimage.manifests import sitefacts
+
+        added = sitefacts.load(m.root, rules.facts()).added
+        if added:
+            print(f"site facts ({len(added)}, merged over the tool's): {'; '.join(added)}")
     if unfetched:
         what = "; ".join(f"{name} ({why})" for name, why in sorted(unfetched.items()))
+        fix = (
+            ""
+            if all("(fix: " in why for why in unfetched.values())
+            else " (fix: check that the pinned commit exists upstream and the repository is "
+            "reachable, e.g. git ls-remote REPO, then run again)"
+        )
         print(
             f"error: check --probe-sources: could not fetch {what}; the rules that need "
-            f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above (fix: check that the pinned "
-            "commit exists upstream and the repository is reachable, e.g. git ls-remote REPO, "
-            "then run again)",
+            f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above{fix}",
             file=sys.stderr,
         )
     if failed:
@@ -219,7 +228,7 @@ def cmd_explain(args) -> int:
             f"profile {plan.profile} supports {', '.join(plan.targets)} only",
             f"use --target {plan.targets[0]} or another profile",
         )
-    results = rules.evaluate(plan)
+    results = rules.evaluate(plan, f=rules.facts_for(m.root))
     notes = [
         f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
         for r in rules.errors(results) + rules.warnings(results)
@@ -301,7 +310,13 @@ def cmd_main(args):
     m = load_for(args)
     name = args.profile or DEFAULT_PROFILE
     plan = plan_for(m, name, args.sets, **substitutions_of(args))
-    results = rules.evaluate(plan)
+    if args.dry_run and getattr(args, "frozen", None):
+        from mtpimage.lock import lockfile
+
+        lockfile.check_frozen(m, plan)  # what the build would stop on, a dry run stops on too
+    from mtpimage.lock.lockfile import locked_probes
+
+    results = rules.evaluate(plan, locked_probes(m, plan), "lock", rules.facts_for(m.root))
     if args.json:
         print(
             json.dumps(

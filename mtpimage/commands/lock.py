@@ -17,8 +17,14 @@ files uploaded later are not candidates), so `lock` with unchanged inputs writes
 bytes whatever the indexes publish later. `--upgrade` (every profile) or `--exclude-newer`
 moves it, and the run prints every resolved version that changed.
 
-Exit status: 0 written (maybe with unverified entries), 1 written but a probe, patch or
-dependency conflict failed, 2 bad input, 3 a source or index failed (nothing written).
+A lock is written only complete and with every check passed: a probe that fails, a patch that
+no longer applies or a set that does not resolve prints its error first and writes nothing
+(lock.yaml, and with --upgrade components.yaml, stay byte-identical). `--upgrade` is one
+transaction: components.yaml's new commits (and the versions read from the new sources) are
+checked in memory and written together with lock.yaml, or not at all.
+
+Exit status: 0 written (maybe with unverified entries), 1 a probe, patch or dependency
+conflict failed (nothing written), 2 bad input, 3 a source or index failed (nothing written).
 """
 
 from __future__ import annotations
@@ -49,9 +55,11 @@ def register(subparsers, add_common) -> None:
         const="*",
         default=None,
         metavar="COMPONENT",
-        help="move git pins to the commit their ref points at now (git ls-remote), "
-        "all of them or only COMPONENT; rewrites the commit in components.yaml. Without "
-        "COMPONENT it also moves the resolution cutoff to now (less an hour)",
+        help="move git pins (components and packages built from git) to the commit their ref "
+        "points at now (git ls-remote), all of them or only COMPONENT; rewrites the commit (and "
+        "the version, read from the new source) in components.yaml together with lock.yaml, only "
+        "when every check passed. Without COMPONENT it also moves the resolution cutoff to now "
+        "(less an hour)",
     )
     p.add_argument(
         "--exclude-newer",
@@ -91,6 +99,8 @@ def cmd_lock(args) -> int:
     with exclusive(m.root, waiting=lambda msg: print(msg, file=sys.stderr, flush=True)):
         m = load(m.root)  # as the previous lock run (if any) left them
         out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified, args.exclude_newer)
+    if out.failures:
+        return refused(out)
     if not out.written:
         for line in out.unverified:
             print(f"unverified: {line}", file=sys.stderr)
@@ -115,6 +125,20 @@ def cmd_lock(args) -> int:
         print(f"{len(out.unverified)} item(s) NOT verified from this machine (recorded as verified: false):")
         for line in out.unverified:
             print(f"  - {line}")
+    return 0
+
+
+def refused(out) -> int:
+    """A run that failed a check: its errors first, then that nothing was written (no list of
+    resolved versions before them: a set that does not resolve would "remove" every package)."""
     for line in out.failures:
         print(f"error: {line}", file=sys.stderr)
-    return EXIT_RULES if out.failures else 0
+    files = "components.yaml and lock.yaml" if out.moves else "lock.yaml"
+    print(
+        f"error: lock failed ({len(out.failures)} error(s) above): nothing written, "
+        f"manifests/{files} unchanged",
+        file=sys.stderr,
+    )
+    for line in out.moved:
+        print(f"not moved: {line}", file=sys.stderr)
+    return EXIT_RULES

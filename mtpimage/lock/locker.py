@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mtpimage.errors import BuilderError, InputError
-from mtpimage.lock import lockfile, pydeps, sources
+from mtpimage.lock import lockfile, pydeps, sources, srcmeta, staging
 from mtpimage.lock.probes import PROBED_RULES, patch_dry_run, probe_plan
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
@@ -47,7 +47,7 @@ BASE_UNVERIFIED = (
 class LockOutcome:
     """What a lock run did, for the command to print."""
 
-    written: bool  # False: refused (--require-verified), nothing written
+    written: bool  # False: refused (a failure, --require-verified, a dry run), nothing written
     changed: bool = False  # lock.yaml's bytes changed
     moved: list[str] = field(default_factory=list)  # --upgrade: pins moved
     profiles: int = 0
@@ -61,14 +61,45 @@ class LockOutcome:
     cutoff_was: str | None = None  # the recorded one, when this run moved it ("" when none was)
     notes: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)  # resolved versions that moved
+    moves: list[Move] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the files written, relative to manifests/..
+    previous: dict | None = None  # lock.yaml before the run (None: there was none)
+    doc: dict | None = None  # lock.yaml as this run made it
+    results: dict[str, list] = field(default_factory=dict)  # profile -> rules.RuleResult list
+    plans: list[Plan] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- upgrade
 
 
-def upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
-    """Re-resolve refs; rewrite components.yaml in place. Returns lines describing moves."""
+@dataclass(frozen=True)
+class Move:
+    """One pin a bump moves: a component's (or a compiled package's git source's) ref, commit
+    and version, old -> new ("" where the manifest records none)."""
+
+    name: str
+    kind: str  # "component" or "package" (packages.NAME.build.git)
+    ref: tuple[str, str]
+    commit: tuple[str, str]
+    version: tuple[str, str] = ("", "")
+
+    def line(self) -> str:
+        if self.commit[0] or self.commit[1]:
+            ref = self.ref[1] if self.ref[0] == self.ref[1] else f"{self.ref[0]} -> {self.ref[1]}"
+            out = f"{self.name}: {ref} {self.commit[0][:12]} -> {self.commit[1][:12]}"
+        else:
+            out = f"{self.name}: {self.version[0]} -> {self.version[1]}"
+            return out
+        if self.version[0] != self.version[1]:
+            out += f" (version {self.version[0]} -> {self.version[1]}, read from the source)"
+        return out
+
+
+def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[dict, dict]:
+    """The components and compiled packages (by git) of the locked profiles that `target`
+    ("*": all) names; an override of a commit in a profile is refused (it is a person's edit)."""
     comps: dict[str, dict] = {}
+    pkgs: dict[str, dict] = {}
     for name in names:
         rp = manifest.resolve_profile(m, name)
         for cname, c in rp.components.items():
@@ -80,51 +111,118 @@ def upgrade(m: manifest.Manifests, names: list[str], target: str) -> list[str]:
                     "edit that override by hand; --upgrade rewrites components.yaml only",
                 )
             comps.setdefault(cname, c)
-    if target != "*":
-        if target not in comps:
-            raise InputError(
-                "--upgrade",
-                target,
-                f"'{target}' is not a component of the locked profiles",
-                f"use one of: {', '.join(sorted(comps))}",
-            )
-        if comps[target]["source"] != "git":
-            raise InputError(
-                "--upgrade",
-                target,
-                f"{target} comes from PyPI, pinned by version",
-                "edit its version in manifests/components.yaml",
-            )
-        comps = {target: comps[target]}
-    cat_path = m.root / "components.yaml"
-    text = cat_path.read_text(encoding="utf-8")
-    lines = text.splitlines(keepends=True)
-    moved = []
-    for cname, c in sorted(comps.items()):
-        if c["source"] != "git" or not c.get("ref") or sources.SHA_RE.match(c["ref"]):
+        for pname, p in rp.packages.items():
+            if ((p.get("build") or {}).get("git") or {}).get("commit"):
+                pkgs.setdefault(pname, p)
+    if target == "*":
+        return comps, pkgs
+    if target in pkgs:
+        return {}, {target: pkgs[target]}
+    if target not in comps:
+        raise InputError(
+            "--upgrade",
+            target,
+            f"'{target}' is not a component of the locked profiles (nor a package built from git)",
+            f"use one of: {', '.join(sorted(set(comps) | set(pkgs)))}",
+        )
+    return {target: comps[target]}, {}
+
+
+def upgrade(
+    m: manifest.Manifests, names: list[str], target: str, to: str | None = None
+) -> tuple[list[Move], str | None]:
+    """Re-resolve refs (or move `target` to the ref or version `to`) and return the moves and
+    components.yaml's new text (None: nothing moved). Nothing is written here: lock() writes the
+    text with lock.yaml once every check passed on it. A moved git component's version is read
+    from its source at the new commit and written when the manifest records one."""
+    comps, pkgs = _upgradable(m, names, target)
+    if to is not None and target != "*" and target in comps and comps[target]["source"] != "git":
+        return _move_version(m, target, comps[target], to)
+    if target != "*" and target in comps and comps[target]["source"] != "git":
+        raise InputError(
+            "--upgrade",
+            target,
+            f"{target} comes from PyPI, pinned by version",
+            f"bump it to a version with `bump {target} --to VERSION`, or edit its version in "
+            "manifests/components.yaml",
+        )
+    text = (m.root / "components.yaml").read_text(encoding="utf-8")
+    moves: list[Move] = []
+    pins = [("components", n, c, ("components", n)) for n, c in sorted(comps.items()) if c["source"] == "git"]
+    pins += [
+        ("packages", n, p["build"]["git"], ("packages", n, "build", "git")) for n, p in sorted(pkgs.items())
+    ]
+    for section, name, c, path in pins:
+        if to is not None and sources.SHA_RE.match(to):
+            ref, new = c.get("ref"), to  # a commit: the ref stays (fetching it verifies it)
+        else:
+            ref = to if to is not None else c.get("ref")
+            if not ref or (to is None and sources.SHA_RE.match(ref)):
+                continue
+            new = sources.ls_remote(c["repo"], ref)
+        if new == c.get("commit") and ref == c.get("ref"):
             continue
-        new = sources.ls_remote(c["repo"], c["ref"])
-        if new == c.get("commit"):
-            continue
-        loc = m.catalogue.where("components", cname, "commit")
-        lineno = int(loc.rsplit(":", 1)[1]) - 1 if ":" in loc else -1
-        if lineno < 0 or c.get("commit", "") not in lines[lineno]:
-            raise InputError(
-                loc,
-                f"components.{cname}.commit",
-                "cannot find the commit line to rewrite",
-                "set the commit by hand",
+        what = ".".join(path)
+        if ref != c.get("ref"):
+            if not c.get("ref"):
+                raise InputError(
+                    m.catalogue.where(*path), f"{what}.ref", "has no ref to move", f"add ref: {ref}"
+                )
+            text = staging.set_field(
+                text, m.catalogue.where(*path, "ref"), "ref", c["ref"], ref, f"{what}.ref"
             )
-        lines[lineno] = lines[lineno].replace(c["commit"], new, 1)
-        note = f"{cname}: {c['ref']} {c['commit'][:12]} -> {new[:12]}"
-        if c.get("version"):
-            note += f" (check `version: {c['version']}`: it described the old commit)"
-        moved.append(note)
-    if moved:
-        tmp = cat_path.with_name(".components.yaml.tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        tmp.replace(cat_path)
-    return moved
+        text = staging.set_field(
+            text, m.catalogue.where(*path, "commit"), "commit", c["commit"], new, f"{what}.commit"
+        )
+        version = (c.get("version") or "", c.get("version") or "")
+        if section == "components" and c.get("version"):
+            read = _source_version(c, new)
+            if read != c["version"]:
+                text = staging.set_field(
+                    text,
+                    m.catalogue.where(*path, "version"),
+                    "version",
+                    c["version"],
+                    read,
+                    f"{what}.version",
+                )
+                version = (str(c["version"]), read)
+        kind = "component" if section == "components" else "package"
+        moves.append(Move(name, kind, (c.get("ref") or "", ref), (c["commit"], new), version))
+    return moves, (text if moves else None)
+
+
+def _move_version(m: manifest.Manifests, name: str, c: dict, to: str) -> tuple[list[Move], str | None]:
+    """A PyPI component moved to another version (`bump NAME --to VERSION`)."""
+    if str(c.get("version")) == to:
+        return [], None
+    text = (m.root / "components.yaml").read_text(encoding="utf-8")
+    text = staging.set_field(
+        text,
+        m.catalogue.where("components", name, "version"),
+        "version",
+        c["version"],
+        to,
+        f"components.{name}.version",
+    )
+    return [Move(name, "component", ("", ""), ("", ""), (str(c["version"]), to))], text
+
+
+def _source_version(c: dict, commit: str) -> str:
+    """The version a git component's source builds at `commit` (its own metadata)."""
+    from packaging.version import InvalidVersion, Version
+
+    tree = sources.fetch(c["repo"], commit).path
+    if c.get("subdir") not in (None, "", "."):
+        tree = tree / c["subdir"]
+    try:
+        read = srcmeta.read(tree).version
+    except srcmeta.MetadataUnreadable:
+        return str(c["version"])  # the lock names what it cannot read, with its fix
+    try:
+        return str(c["version"]) if Version(read) == Version(str(c["version"])) else read
+    except InvalidVersion:
+        return read
 
 
 # ----------------------------------------------------------------------------- verification
@@ -138,14 +236,17 @@ def _source_root(tree: Path, c: Component) -> Path:
 
 
 class Locker(PythonSets):
-    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None):
+    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None, previous: dict | None = None):
         self.m = m
+        self.previous = previous  # lock.yaml before this run: what each patch was known to fit
         self.cutoff = cutoff or {}
         self.ss = SourceSet()
         self.unverified: list[str] = []
         self.failures: list[str] = []
         self.sets: dict[str, dict] = {}
         self.resolve_seconds = 0.0
+        self.notes: list[str] = []  # what the run found to review (an override's changed coverage)
+        self.results: dict[str, list] = {}  # profile -> its rules' results (with its probes)
 
     # compiled extensions ----------------------------------------------------
     def extension_source(self, p) -> dict:
@@ -197,6 +298,7 @@ class Locker(PythonSets):
                         )
                         patches.append(pe)
                         continue
+                    target = src_root if c.source == "git" else tree
                     if c.source == "git":
                         ok, err = sources.apply_check(src_root, path, p.strip)
                         pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
@@ -205,6 +307,7 @@ class Locker(PythonSets):
                         pe["checked_with"] = (
                             f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
                         )
+                    misfit = None if ok else self._misfit(c, p, path, target, err)  # the file exists here
             except PatchUnavailable as exc:
                 if not exc.offline:
                     raise
@@ -215,10 +318,32 @@ class Locker(PythonSets):
             pe.update(applies=ok, verified=True)
             if not ok:
                 pe["error"] = err
-                self.failures.append(f"{c.name}: patch {p.describe()} does not apply: {err}")
+                self.failures.append(misfit)
             patches.append(pe)
         entry["patches"] = patches
         return entry
+
+    def _misfit(self, c, p, path: Path, tree: Path, err: str) -> str:
+        """One line: the patch, the artifact it does not fit, the files it cannot find there
+        (or git's/patch's reason), and the version it fitted when the previous lock checked it."""
+        from mtpimage.lock.probes import patch_paths
+
+        artifact = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.repo} @ {c.commit[:12]}"
+        gone = [f for f in patch_paths(path, p.strip) if not (tree / f).exists()]
+        why = f"{', '.join(gone)} not in it" if gone else err
+        old = ((self.previous or {}).get("components") or {}).get(c.name) or {}
+        fitted = any(e.get("sha256") == p.sha256 and e.get("applies") for e in old.get("patches") or [])
+        was = (
+            f"{old.get('package')} {old.get('version')}"
+            if old.get("source") == "pypi"
+            else f"{old.get('repo')} @ {str(old.get('commit'))[:12]}"
+        )
+        fits = f"it fits {was} (lock.yaml)" if fitted else "no locked version recorded it applying"
+        return (
+            f"{c.name}: patch {p.describe()} does not apply to {artifact}: {why}; {fits} (fix: keep "
+            f"{c.name} where the patch fits, or replace the patch with one made for {artifact}; drop it "
+            "if its fix landed upstream)"
+        )
 
     def patch_where(self, plan: Plan, comp: str) -> str:
         """file:line of a component's patch list: its profile's override, or components.yaml."""
@@ -311,11 +436,14 @@ def lock(
     upgrade_target: str | None = None,
     require_verified: bool = False,
     exclude_newer: str | None = None,
+    to: str | None = None,
+    write: bool = True,
 ) -> LockOutcome:
     """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive().
-    exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ). Stages: the
-    cutoff and upgrades, one pin per component, verify and resolve every profile, the
-    document, then write it unless refused."""
+    exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ); to: the ref (or a
+    PyPI component's version) `upgrade_target` moves to. Stages: the cutoff and upgrades (held
+    in memory), one pin per component, verify and resolve every profile, the document; then,
+    only when nothing failed (and `write`), components.yaml and lock.yaml in one commit."""
     names = [only] if only else m.names()
     for n in names:
         manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
@@ -323,26 +451,31 @@ def lock(
     previous = lockfile.read(path)
     where = f"{m.root.name}/{lockfile.LOCK_NAME}"
     cutoff, notes = choose_cutoff(previous, only, upgrade_target, exclude_newer, where)
-    moved = []
-    if upgrade_target:
-        moved = upgrade(m, names, upgrade_target)
-        if moved:
-            m = manifest.load(m.root)
+    moves: list[Move] = []
+    staged = None  # components.yaml's new text, verified below before it is written
     t0 = time.monotonic()
-    plans = _plans(m, names)
-    _one_pin_per_component(m, plans)
-    locker = Locker(m, cutoff)
-    old = (previous if only else None) or {}
-    entries = _LockEntries(
-        components=dict(old.get("components") or {}),
-        packages=dict(old.get("packages") or {}),
-        profiles=dict(old.get("profiles") or {}),
-        sets=dict(old.get("python_sets") or {}),
-    )
     try:
+        if upgrade_target:
+            moves, staged = upgrade(m, names, upgrade_target, to)
+            if staged is not None:
+                m = manifest.load(m.root, staged)
+        plans = _plans(m, names)
+        _one_pin_per_component(m, plans)
+        locker = Locker(m, cutoff, previous)
+        old = (previous if only else None) or {}
+        entries = _LockEntries(
+            components=dict(old.get("components") or {}),
+            packages=dict(old.get("packages") or {}),
+            profiles=dict(old.get("profiles") or {}),
+            sets=dict(old.get("python_sets") or {}),
+        )
         _lock_profiles(m, plans, locker, entries)
     except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
-        raise BuilderError(f"lock failed, manifests/lock.yaml left unchanged: {exc.one_line()}") from None
+        raise BuilderError(f"lock failed, {_untouched(staged)}: {exc.one_line()}") from None
+    except InputError as exc:
+        if staged is None:
+            raise
+        raise InputError(exc.where, exc.key, f"{exc.problem} ({_untouched(staged)})", exc.fix) from None
     entries.sets.update(locker.sets)
     doc = _document(plans, cutoff, entries)
     locker.unverified.insert(
@@ -352,26 +485,44 @@ def lock(
     )
     outcome = LockOutcome(
         written=False,
-        moved=moved,
+        moved=[mv.line() for mv in moves],
         profiles=len(plans),
         components=len(doc["components"]),
         unverified=locker.unverified,
         failures=locker.failures,
         cutoff=cutoff["exclude_newer"],
-        notes=notes,
+        notes=notes + locker.notes,
+        moves=moves,
+        previous=previous,
+        doc=doc,
+        results=locker.results,
+        plans=plans,
     )
     recorded = lockfile.cutoff_of(previous, where)
     if recorded != cutoff:
         outcome.cutoff_was = recorded["exclude_newer"] if recorded else ""
-    if require_verified and len(locker.unverified) > 0:
-        return outcome
-    _write(path, previous, doc, outcome)
+    outcome.changes = lockfile.version_changes(previous, doc)
     outcome.elapsed = time.monotonic() - t0
     outcome.resolve_seconds = locker.resolve_seconds
     outcome.packages = sum(
         len(s.get("packages") or {}) for k, s in doc["python_sets"].items() if k in locker.sets
     )
+    if locker.failures or not write or (require_verified and len(locker.unverified) > 0):
+        return outcome  # a lock is written only complete and with every check passed
+    files = {path: lockfile.dumps(doc)}
+    if staged is not None:
+        files[m.root / "components.yaml"] = staged
+    _refuse_changed_files(previous, doc, staged)
+    written = staging.commit(files)
+    outcome.written = True
+    outcome.changed = path in written
+    outcome.files = [f"{m.root.name}/{p.name}" for p in written]
     return outcome
+
+
+def _untouched(staged: str | None) -> str:
+    what = "manifests/lock.yaml" if staged is None else "manifests/components.yaml and lock.yaml"
+    return f"{what} left unchanged"
 
 
 @dataclass
@@ -415,7 +566,8 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
             if p.build is not None:
                 e.packages[p.name].update(locker.extension_source(p))
         probes = probe_plan(plan, m.root, locker.ss)
-        results = rules.evaluate(plan, probes)
+        results = rules.evaluate(plan, probes, f=rules.facts_for(m.root))
+        locker.results[plan.profile] = results
         for r in rules.errors(results):
             if r.rule.id in probes:
                 locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
@@ -455,16 +607,13 @@ def _document(plans: list[Plan], cutoff: dict, e: _LockEntries) -> dict:
     }
 
 
-def _write(path: Path, previous: dict | None, doc: dict, outcome: LockOutcome) -> None:
-    """Write lock.yaml, unless a file it records would change under the same name."""
-    outcome.changes = lockfile.version_changes(previous, doc)
+def _refuse_changed_files(previous: dict | None, doc: dict, staged: str | None) -> None:
+    """Nothing is written when a file the lock records would change under the same name."""
     tampered = lockfile.changed_files(previous, doc)
     if tampered:
         raise BuilderError(
             "refusing a downloaded file whose sha256 differs from the lock, "
-            f"lock.yaml left unchanged: {'; '.join(tampered)} (fix: clear the cache "
+            f"{_untouched(staged)}: {'; '.join(tampered)} (fix: clear the cache "
             "entry and lock again; if the index really changed the file, review it and "
             "remove its entry from lock.yaml)"
         )
-    outcome.changed = lockfile.write(path, doc)
-    outcome.written = True

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -212,26 +210,11 @@ def dumps(doc: dict) -> str:
 
 
 def write(path: Path, doc: dict) -> bool:
-    """Atomically write; returns False when the file already had exactly these bytes."""
-    text = dumps(doc)
-    path = Path(path)
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    fd, tmp = tempfile.mkstemp(prefix=".lock-", suffix=".yaml.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return True
+    """Atomically write (staging.commit: aside, fsync, rename); False when the file already
+    had exactly these bytes."""
+    from mtpimage.lock import staging
+
+    return bool(staging.commit({Path(path): dumps(doc)}))
 
 
 def read(path: Path) -> dict | None:
@@ -367,6 +350,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             raise InputError(
                 where, f"components.{c.name}.patches", f"component {c.name} drifted: {what}", _fix(c.name)
             )
+    _refuse_recorded_failures(where, lock, plan)
     pkgs = lock.get("packages") or {}
     for p in plan.packages:
         entry = pkgs.get(p.name)
@@ -403,6 +387,61 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}",
             _fix(),
         )
+
+
+def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
+    """A lock.yaml that records a failure (written by a tool before #36, which wrote failed
+    locks): a patch that does not apply, a set that did not resolve, a probe that failed. It
+    matches the manifests, but nothing it records was verified: stop as on drift."""
+    entries = lock.get("components") or {}
+    for c in plan.components:
+        for i, p in enumerate((entries.get(c.name) or {}).get("patches") or []):
+            if p.get("applies") is False:
+                raise InputError(
+                    where,
+                    f"components.{c.name}.patches[{i}].applies",
+                    f"records a patch of {c.name} that does not apply",
+                    _fix(c.name),
+                )
+    prof = (lock.get("profiles") or {}).get(plan.profile) or {}
+    pyset = (lock.get("python_sets") or {}).get(prof.get("python_set")) or {}
+    if pyset.get("resolved") is False:
+        raise InputError(
+            where,
+            f"python_sets.{prof.get('python_set')}.resolved",
+            "records a set that did not resolve",
+            _fix(),
+        )
+    for rid, v in sorted((prof.get("probes") or {}).items()):
+        if isinstance(v, dict) and v.get("status") == "fail":
+            raise InputError(
+                where,
+                f"profiles.{plan.profile}.probes.{rid}",
+                f"records a failed probe: {v.get('detail', '')}",
+                _fix(),
+            )
+
+
+def locked_probes(manifests, plan: Plan) -> dict:
+    """The source-probe verdicts lock.yaml recorded for this profile, as rules.Verdicts, when
+    the lock matches the plan (else {}): what `lock` decided from the real sources counts in
+    `check` and `--dry-run`, so a new commit the known lists do not name is not UNKNOWN there."""
+    from mtpimage.manifests.rules import Verdict
+
+    lock = read(lock_path(Path(manifests.root)))
+    if lock is None:
+        return {}
+    try:
+        check_frozen(manifests, plan, lock)
+    except InputError:
+        return {}
+    recorded = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("probes") or {}
+    where = f"{Path(manifests.root).name}/{LOCK_NAME}"
+    return {
+        rid: Verdict(str(v.get("status")), f"{v.get('detail', '')} (recorded in {where})")
+        for rid, v in sorted(recorded.items())
+        if isinstance(v, dict) and v.get("status")
+    }
 
 
 def locked_requirements(manifests, plan: Plan) -> tuple:

@@ -37,7 +37,10 @@ SGLANG_RUNNER = _SGLANG["file"]
 SGLANG_EAGLE = _SGLANG["caller_file"]
 MIMO_BRIDGE = _MIMO["file"]
 
-PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values())
+# A probe of the source alone (no in-image counterpart: what it reads is the version the source
+# builds, which the in-image `versions` check already compares).
+SOURCE_ONLY_RULES = ("mtp-context-parallel",)
+PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values()) + SOURCE_ONLY_RULES
 
 
 # ----------------------------------------------------------------------------- pure probes
@@ -191,7 +194,12 @@ def _calls(mod: ast.Module, name: str) -> bool:
 def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
     runner, eagle = _find(tree, SGLANG_RUNNER), _find(tree, SGLANG_EAGLE)
     if runner is None or eagle is None:
-        return Verdict(UNKNOWN, f"{SGLANG_RUNNER} or {SGLANG_EAGLE} not found in the sglang tree")
+        gone = " and ".join(rel for rel, p in ((SGLANG_RUNNER, runner), (SGLANG_EAGLE, eagle)) if p is None)
+        return Verdict(
+            UNKNOWN,
+            f"{gone} not in this sglang tree (sglang >= 0.5.16 has no eagle_worker.py; its weight "
+            "updates moved to model_runner_components/weight_updater.py): the probe cannot decide",
+        )
     rmod, emod = _parse(runner), _parse(eagle)
     if rmod is None or emod is None:
         return Verdict(UNKNOWN, "sglang sources do not parse")
@@ -203,6 +211,26 @@ def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
     if not _calls(emod, fn):
         return Verdict(FAIL, f"{SGLANG_EAGLE} does not call {fn} ({how})")
     return Verdict(PASS, f"{fn} defined and used by the EAGLE worker ({how})")
+
+
+def mtp_cp(tree: Path, f: dict) -> Verdict:
+    """MTP with context parallelism: the megatron-core version the source itself builds."""
+    from packaging.version import InvalidVersion, Version
+
+    from mtpimage.lock import srcmeta
+
+    try:
+        v = Version(srcmeta.read(tree).version)
+    except (srcmeta.MetadataUnreadable, InvalidVersion) as exc:
+        return Verdict(UNKNOWN, f"the source's version cannot be read: {exc}")
+    first = Version(f["megatron"]["mtp_cp_from"])
+    if v < first:  # 0.14.0rc1 still asserts CP == 1
+        return Verdict(
+            FAIL, f"the source builds megatron-core {v}: MTP needs CP == 1 before {first} (source probe)"
+        )
+    return Verdict(
+        PASS, f"the source builds megatron-core {v}: MTP supports context parallelism (source probe)"
+    )
 
 
 def bridge_mimo(tree: Path) -> Verdict:
@@ -340,7 +368,7 @@ def probe_plan(
     root = Path(manifests_root or DEFAULT_MANIFESTS)
     ss = source_set or SourceSet(dict(plan.indexes))
     ss.indexes = ss.indexes or dict(plan.indexes)
-    f = rules_mod.facts()
+    f = rules_mod.facts_for(root)
     by_id = {r.id: r for r in rules_mod.rules()}
     out: dict[str, Verdict] = {}
 
@@ -383,6 +411,11 @@ def probe_plan(
     if base is not None and sg is not None:
         out["sglang-rollout-fix"] = _probe_sglang(plan, sg, ss, root)
 
+    base = applies("mtp-context-parallel")
+    if base is not None and mc is not None:
+        tree = ss.tree(mc)
+        out["mtp-context-parallel"] = mtp_cp(tree, f) if tree is not None else unavailable(mc, base)
+
     base = applies("mimo-needs-bridge-2387")
     br = plan.component("megatron-bridge")
     if base is not None and br is not None:
@@ -396,13 +429,20 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     `check` reports. With probe_sources the rules that read code are decided from each pinned
     source; one source that cannot be fetched does not stop the others from being probed (its
     rules are UNKNOWN with the reason), and a failed (repository, commit) is not fetched twice."""
+    from mtpimage.lock import lockfile
+    from mtpimage.manifests import manifest
+
     fetch = sources.remembering_fetch() if probe_sources else None
+    f = rules_mod.facts_for(manifests_root)
     out = []
+    m = None if probe_sources else manifest.load(manifests_root)
     for plan in plans:
-        probes, missing = None, {}
+        probes, missing, evidence = None, {}, "probe"
         if probe_sources:
             ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
             probes = probe_plan(plan, manifests_root, ss)
             missing = dict(ss.failed)
-        out.append((plan, rules_mod.evaluate(plan, probes), missing))
+        else:  # the verdicts lock.yaml recorded for this very plan count
+            probes, evidence = lockfile.locked_probes(m, plan), "lock"
+        out.append((plan, rules_mod.evaluate(plan, probes, evidence, f), missing))
     return out

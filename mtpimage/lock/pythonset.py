@@ -102,6 +102,7 @@ class PythonSets:
                 f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} "
                 "(fix: an override or exclude in components.yaml `resolution`, with why and link)",
             )
+        self._cuda_line(plan, res.packages, s.key)
         layers = resolver.assign_layers(res.packages, _layer_members(plan))
         try:
             files, index_of = self._select_files(plan, s, res)
@@ -125,8 +126,84 @@ class PythonSets:
         }
         doc["build_requires"] = self._build_sets(plan, s.indexes)
         self._unverified_of(doc, res, s.unverified)
+        self._override_covers(plan, s, doc)
         self.sets[s.key] = doc
         return s.key
+
+    def _override_covers(self, plan: Plan, s: _SetInputs, doc: dict) -> None:
+        """Each override records what it overrides: every declaration of a component on the
+        package it pins (who, requirement), read from the sources (git: their metadata; PyPI:
+        the wheel's Requires-Dist). A declaration components.yaml's `overrides:` record of it
+        does not name is printed: the override now covers a declaration nobody reviewed
+        (sglang 0.5.13 moved to transformers==5.8.1 while the record said 5.6.0)."""
+        from packaging.utils import canonicalize_name
+
+        records = {
+            o["requirement"]: [str(r) for r in o.get("overrides") or []]
+            for o in (self.m.catalogue.data.get("resolution") or {}).get("overrides") or []
+        }
+        declared = self._declarations(plan, s)
+        for entry in doc.get("overrides") or []:
+            name = canonicalize_name(_req_name(entry["requirement"]))
+            covers = [f"{who}: {req}" for who, req in declared.get(name, [])]
+            entry["covers"] = covers
+            known = records.get(entry["requirement"], [])
+            for line in covers:
+                who, req = line.split(": ", 1)
+                if not any(_same_declaration(who, req, r) for r in known):
+                    note = (
+                        f"override {entry['requirement']} now covers {line}; components.yaml records "
+                        f"{'; '.join(known) or 'nothing'} (review it, then update the override's `overrides:` record)"
+                    )
+                    if note not in self.notes:
+                        self.notes.append(note)
+
+    def _declarations(self, plan: Plan, s: _SetInputs) -> dict[str, list[tuple[str, str]]]:
+        """canonical package -> [(who, requirement)] of every component's declared requirements."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
+
+        out: dict[str, list[tuple[str, str]]] = {}
+        for c in plan.components:
+            if c.source == "git":
+                reqs = list((s.stubs.get(c.package) or {}).get("declared") or [])
+                version = (s.stubs.get(c.package) or {}).get("version", "")
+                who = f"{c.name} {version} ({c.ref} {c.commit[:8]})"
+            else:
+                reqs = _wheel_requires(self.ss.trees.get(c.name))
+                who = f"{c.name} {c.version}"
+            for r in reqs:
+                try:
+                    req = Requirement(r)
+                except InvalidRequirement:
+                    continue
+                if req.marker is not None and "extra" in str(req.marker):
+                    continue  # an extra's requirement: not what the image installs by default
+                text = f"{req.name}{req.specifier}" if str(req.specifier) else req.name
+                out.setdefault(canonicalize_name(req.name), []).append((who, text))
+        return out
+
+    def _cuda_line(self, plan: Plan, packages: dict, key: str) -> None:
+        """CUDA toolkit wheels of another minor than the base's (nvidia-cuda-nvcc 13.2 on a CUDA
+        13.0 stack) fail the lock, unless a resolution override names the package (declared)."""
+        from packaging.utils import canonicalize_name
+
+        from mtpimage.manifests import rules
+
+        versioned = {canonicalize_name(n) for n in rules.facts().get("cuda_toolkit_versioned") or ()}
+        declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.overrides}
+        want = ".".join(plan.cuda.split(".")[:2])
+        for name, entry in sorted(packages.items()):
+            base = canonicalize_name(name)
+            base = base.rsplit("-cu", 1)[0] if base.rsplit("-cu", 1)[-1].isdigit() else base
+            line = ".".join(str(entry["version"]).split(".")[:2])
+            if base in versioned and line != want and canonicalize_name(name) not in declared:
+                self.failures.append(
+                    f"python set {key} ({plan.profile}): {name} {entry['version']} is CUDA {line}, the base "
+                    f"image is CUDA {plan.cuda} (required by {', '.join(entry.get('via') or ['?'])}) (fix: "
+                    f"pin it to CUDA {want} with a resolution override, e.g. {name}=={want}.*, with why and "
+                    "link; an override that names it is the declaration that the mix is meant)"
+                )
 
     def _set_inputs(self, plan: Plan) -> _SetInputs:
         """Stage 1: which indexes answer, what is required, what stands in for what an index
@@ -276,6 +353,48 @@ class _SetInputs:
     overrides: list[str] = field(default_factory=list)
     excludes: list[str] = field(default_factory=list)
     key: str = ""
+
+
+def _wheel_requires(tree) -> list[str]:
+    """Requires-Dist of an unpacked wheel (its *.dist-info/METADATA); [] when there is none."""
+    from pathlib import Path
+
+    if tree is None:
+        return []
+    meta = next(iter(sorted(Path(tree).glob("*.dist-info/METADATA"))), None)
+    if meta is None:
+        return []
+    return [
+        line.split(":", 1)[1].strip()
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+
+
+_SPEC = r"(?:===|==|!=|<=|>=|~=|<|>)\s*[\w.*+!-]+"
+
+
+def _same_declaration(who: str, req: str, record: str) -> bool:
+    """A components.yaml record ("sglang 0.5.12: transformers==5.6.0", "verl 7bc80c00
+    setup.py:43: transformers>=5.5.3,!=5.6.0,<5.11") names this declaration: the same component,
+    one of its version/ref/commit, and the same specifiers in any order."""
+    import re
+
+    name, _, rest = who.partition(" ")
+    ids = [t for t in re.split(r"[\s()]+", rest) if t]
+    low = record.lower()
+    if not low.startswith(name.lower()) or not any(i.lower() in low for i in ids):
+        return False
+    want = {t.replace(" ", "") for t in re.findall(_SPEC, req)}
+    have = {t.replace(" ", "") for t in re.findall(_SPEC, record)}
+    package = re.split(r"[<>=!~\s]", req, maxsplit=1)[0].lower()
+    return package in low and want <= have
+
+
+def _req_name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
 
 
 def _set_head(plan: Plan, s: _SetInputs) -> dict:

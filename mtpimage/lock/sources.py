@@ -75,6 +75,21 @@ def mirror_fix(repo: str, stderr: str) -> str | None:
     return None
 
 
+MISSING_BLOBS_FIX = (
+    "the mirror lacks some of this commit's files (a snapshot without large blobs): set "
+    "MTP_GIT_ALLOW_MISSING_BLOBS=1 to fetch the commit and its trees and check out every path "
+    "but the absent ones (still verified by hash; lock.yaml records them as missing_from_mirror)"
+)
+
+
+def _missing_blobs_fix(low_stderr: str) -> str | None:
+    """git's "unable to read <sha>" (upload-pack: "possible repository corruption"): absent
+    blobs, which the tool fetches around only when told to (never by default)."""
+    if "unable to read" in low_stderr and not _allow_missing():
+        return MISSING_BLOBS_FIX
+    return None
+
+
 def cache_root() -> Path:
     """The one cache root (settings.py decides it: MTP_CACHE_DIR, else the XDG cache)."""
     return settings.current().cache_root
@@ -89,7 +104,7 @@ class GitError(EnvironmentProblem):
         low = self.stderr.lower()
         self.offline = any(p in low for p in OFFLINE_PATTERNS)
         self.missing = any(p in low for p in MISSING_PATTERNS)
-        self.fix = mirror_fix(repo, self.stderr)
+        self.fix = mirror_fix(repo, self.stderr) or _missing_blobs_fix(low)
         at = f" commit {commit}" if commit else ""
         fix = f" (fix: {self.fix})" if self.fix else ""
         super().__init__(f"{what} of {repo}{at} failed: git says: {self.stderr or '(no message)'}{fix}")
@@ -478,7 +493,8 @@ class SourceSet:
                     return None
                 if not self.keep_going:
                     raise
-                self.failed[comp.name] = f"{comp.repo} commit {comp.commit[:12]}: git says: {exc.stderr}"
+                fix = f" (fix: {exc.fix})" if exc.fix else ""
+                self.failed[comp.name] = f"{comp.repo} commit {comp.commit[:12]}: git says: {exc.stderr}{fix}"
                 return None
             self.trees[comp.name] = t.path / comp.subdir if comp.subdir not in ("", ".") else t.path
             return self.trees[comp.name]

@@ -15,7 +15,7 @@ from typing import Any
 from mtpimage.errors import InputError
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import schema
-from mtpimage.manifests.yamlsource import SourceDoc, load_file
+from mtpimage.manifests.yamlsource import SourceDoc, load_file, load_text
 
 GIT_ONLY_FIELDS = ("repo", "ref", "commit")
 NOT_INHERITED = ("name", "extends", "abstract")
@@ -61,9 +61,11 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def load_catalogue(root: Path) -> Catalogue:
+def load_catalogue(root: Path, text: str | None = None) -> Catalogue:
+    """`text`: components.yaml as a bump would write it (staging.py), read instead of the
+    file, so every check runs on the edit before anything is written."""
     path = root / "components.yaml"
-    doc = load_file(path, _rel(path, root))
+    doc = load_file(path, _rel(path, root)) if text is None else load_text(text, _rel(path, root))
     if not isinstance(doc.data, dict):
         raise InputError(doc.file, None, "expected a mapping at the top level")
     data = schema.validate(doc, "components")
@@ -172,7 +174,9 @@ def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | N
             )
 
 
-def load(root: Path | None = None) -> Manifests:
+def load(root: Path | None = None, components_text: str | None = None) -> Manifests:
+    """manifests/ as on disk, or with components.yaml replaced by `components_text` (a staged
+    edit that `lock --upgrade` and `bump` verify before they write it)."""
     root = Path(root or DEFAULT_MANIFESTS)
     if not root.is_dir():
         raise InputError(
@@ -181,7 +185,7 @@ def load(root: Path | None = None) -> Manifests:
             "manifests directory not found",
             "run where manifests/ is (a checkout's root) or pass --manifests DIR",
         )
-    catalogue = load_catalogue(root)
+    catalogue = load_catalogue(root, components_text)
     profiles: dict[str, SourceDoc] = {}
     pdir = root / "profiles"
     for path in sorted(pdir.glob("*.yaml")) if pdir.is_dir() else []:

@@ -9,6 +9,20 @@ from mtpimage.errors import InputError
 from mtpimage.plan.model import verl_facts
 
 
+def _get(config: dict, dotted: str):
+    """A value of config.json by its dotted key (text_config.mtp_num_hidden_layers); None if absent."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def model_warnings(path: Path) -> list[str]:
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -22,14 +36,16 @@ def model_warnings(path: Path) -> list[str]:
         raise InputError(str(path), None, "expected a JSON object", "pass the model's config.json")
     facts = verl_facts()["model_config"]
     out = []
-    key = facts["mtp_layers_key"]
-    layers = config.get(key)
-    if not layers:
+    keys = facts["mtp_layers_keys"]
+    found = {k: _get(config, k) for k in keys}
+    if not any(_positive(v) for v in found.values()):
+        seen = ", ".join(f"{k} is {v}" for k, v in found.items() if v is not None) or (
+            f"none of {', '.join(keys)} is set"
+        )
         out.append(
-            f"{path}: {key} is {'absent' if layers is None else layers}: the model has no MTP "
-            "layers, so every MTP setting is a no-op and verl's check_mtp_config raises "
-            "ValueError('enable mtp while model has no mtp layer') when mtp.enable=True "
-            "(fix: use a model with MTP weights, or drop the MTP overrides)"
+            f"{path}: {seen}: the model has no MTP layers, so every MTP setting is a no-op and "
+            "verl's check_mtp_config raises ValueError('enable mtp while model has no mtp layer') "
+            "when mtp.enable=True (fix: use a model with MTP weights, or drop the MTP overrides)"
         )
     mimo = facts["mimo"]
     is_mimo = config.get("model_type") in mimo["model_types"] or any(

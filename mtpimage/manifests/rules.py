@@ -74,6 +74,13 @@ def facts() -> dict:
     return _data()["facts"]
 
 
+def facts_for(manifests_root) -> dict:
+    """The tool's facts with the site's (manifests/facts.yaml, sitefacts.py) merged in."""
+    from mtpimage.manifests import sitefacts
+
+    return sitefacts.load(manifests_root, facts()).facts
+
+
 def rules() -> list[Rule]:
     return [
         Rule(
@@ -218,6 +225,15 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
     if mb.source == "git":
         broken = mb.commit in fm["commits"]
         what = f"mbridge {mb.commit[:10]}"
+        good = f["mbridge"].get("good_commits") or {}
+        if mb.commit in good:
+            return Verdict(PASS, f"{what} ({good[mb.commit]}) does not use ModelType.encoder_and_decoder")
+        if not broken:
+            mv = megatron_version(plan, f)
+            if mv is not None and _base(mv) < Version(f["mbridge"]["mcore_min_version"]):
+                return Verdict(PASS, f"{what} with megatron-core {mv}: ModelType.encoder_and_decoder exists")
+            # an unknown commit may use it (d10f3c6b does): only its source can tell
+            return Verdict(UNKNOWN, f"{what} is in no known list; `lock` or `check --probe-sources` decides")
     else:
         broken = mb.version in fm["pypi_versions"]
         what = f"PyPI mbridge {mb.version}"
@@ -234,6 +250,24 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def mtp_context_parallel(plan: Plan, f: dict) -> Verdict:
+    cp = int(plan.engine_dict().get("context_parallel_size") or 1)
+    if cp <= 1:
+        return Verdict(NA, "no context parallelism")
+    if plan.component("megatron-lm") is None:
+        return Verdict(NA, "no megatron-lm in the stack")
+    mv = megatron_version(plan, f)
+    first = Version(f["megatron"]["mtp_cp_from"])
+    if mv is None:
+        return Verdict(UNKNOWN, f"the pinned Megatron's version is unknown; its source decides (CP {cp})")
+    if mv < first:  # a pre-release of 0.14.0 still asserts CP == 1
+        return Verdict(
+            FAIL, f"megatron-core {mv} with context_parallel_size {cp}: MTP needs CP == 1 before {first}"
+        )
+    return Verdict(PASS, f"megatron-core {mv} supports MTP with context_parallel_size {cp}")
+
+
+@predicate
 def python_312(plan: Plan, f: dict) -> Verdict:
     want = f["python"]["required"]
     if plan.python != want:
@@ -246,6 +280,26 @@ def _cuda_tag(version: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _locked_cuda_lines(plan: Plan, f: dict) -> dict[str, str]:
+    """The CUDA line (major+minor, "130") of each CUDA runtime distribution the lock resolved:
+    what PyPI's torch wheel itself requires (torch 2.11.0: cuda-toolkit==13.0.2; 2.10.0:
+    nvidia-cuda-runtime-cu12==12.8.90), read from its metadata by the resolver. Empty when
+    the plan carries no lock (then the table pypi_torch_cuda decides)."""
+    names = {canonical(n) for n in f.get("cuda_line_packages") or ()}
+    out = {}
+    for row in plan.locked:
+        name, version = canonical(row[0]), row[1]
+        if name in names:
+            parts = version.split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                out[f"{name}=={version}"] = f"{parts[0]}{parts[1]}"
+    return out
+
+
+def _line(tag: str) -> str:
+    return f"{tag[:-1]}.{tag[-1]}"
+
+
 @predicate
 def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     torch = plan.package("torch")
@@ -254,25 +308,47 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
     tag = _cuda_tag(torch.version)
     major, minor = plan.cuda.split(".")[:2]
     want = f"{major}{minor}"
+    how = f"its +cu{tag} tag"
     if tag is None and torch.index == "pypi" and "+" not in torch.version:
-        # PyPI carries one CUDA build per torch release, without a local version tag
-        tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
+        # PyPI carries one CUDA build per torch release, without a local version tag: its
+        # line is what the wheel requires (the lock resolved it), else the known table
+        lines = _locked_cuda_lines(plan, f)
+        if len(set(lines.values())) > 1:
+            return Verdict(
+                FAIL,
+                "the locked set mixes CUDA lines: "
+                + ", ".join(f"{k} (CUDA {_line(v)})" for k, v in sorted(lines.items())),
+            )
+        if lines:
+            [(what, tag)] = list(lines.items())[:1]
+            how = f"the locked {what} its wheel requires"
+        else:
+            tag = (f.get("pypi_torch_cuda") or {}).get(torch.version)
+            how = "pypi_torch_cuda in mtpimage/data/rules.yaml"
+            if tag is None:
+                return Verdict(
+                    UNKNOWN,
+                    f"torch {torch.version} from PyPI: its CUDA line is read from the wheel's "
+                    "requirements (cuda-toolkit / nvidia-cuda-runtime) once `python build.py lock` "
+                    f'resolved it; or add `{torch.version}: "NNN"` to pypi_torch_cuda in '
+                    "mtpimage/data/rules.yaml",
+                )
     if tag is None:
         return Verdict(
             FAIL,
-            f"torch {torch.version} has no +cuXYZ build tag and is not a known "
-            "CUDA build on PyPI (a CPU or default build)",
+            f"torch {torch.version} from index {torch.index} has no +cuXYZ build tag "
+            "(a CPU or default build)",
         )
     if tag != want:
         return Verdict(
             FAIL,
-            f"torch {torch.version} is built for CUDA {tag[:-1]}.{tag[-1]}, "
+            f"torch {torch.version} is built for CUDA {_line(tag)} ({how}), "
             f"the base image has CUDA {plan.cuda}",
         )
     image_tag = plan.base_image.split("@")[0].rsplit(":", 1)[-1]
     if not image_tag.startswith(plan.cuda):
         return Verdict(FAIL, f"base image tag {image_tag} does not match platform.cuda {plan.cuda}")
-    return Verdict(PASS, f"torch +cu{tag} on CUDA {plan.cuda}")
+    return Verdict(PASS, f"torch {torch.version}: CUDA {_line(tag)} ({how}) on CUDA {plan.cuda}")
 
 
 _EXACT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
@@ -325,6 +401,23 @@ def decided_in_image(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def sglang_distributed_draft_sync(plan: Plan, f: dict) -> Verdict:
+    if not modes.get(plan.mode).rollout or plan.rollout_engine != "sglang":
+        return Verdict(NA, "no MTP rollout on sglang")
+    sg = plan.component("sglang")
+    v = _version(sg.version) if sg is not None else None
+    if v is None:
+        return Verdict(NA, "the sglang version is not recorded (a git source without `version`)")
+    bug = f["sglang"]["distributed_draft_sync_bug"]
+    if Version(bug["first"]) <= _base(v) <= Version(bug["last"]):
+        return Verdict(
+            FAIL,
+            f"sglang {v}: update_weights_from_distributed leaves the MTP draft weights stale ({bug['link']})",
+        )
+    return Verdict(PASS, f"sglang {v} is outside {bug['first']}..{bug['last']}")
+
+
+@predicate
 def rollout_throughput(plan: Plan, f: dict) -> Verdict:
     if modes.get(plan.mode).rollout and plan.rollout_engine == "sglang":
         return Verdict(FAIL, "MTP speculative rollout on SGLang")
@@ -338,14 +431,24 @@ def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
     return Verdict(NA, f"mode {plan.mode}")
 
 
-def evaluate(plan: Plan, probes: dict[str, Verdict] | None = None) -> list[RuleResult]:
-    f = facts()
+def evaluate(
+    plan: Plan, probes: dict[str, Verdict] | None = None, evidence: str = "probe", f: dict | None = None
+) -> list[RuleResult]:
+    """Every rule's result; `probes` (a source probe's verdicts, or those lock.yaml recorded:
+    evidence "lock") decide the rules they cover, unless inconclusive where the known lists decide."""
+    f = f if f is not None else facts()
     results = []
     for rule in rules():
+        known = PREDICATES[rule.predicate](plan, f)
+        verdict, source = known, "known-pins"
         if probes and rule.id in probes:
-            verdict, source = probes[rule.id], "probe"
-        else:
-            verdict, source = PREDICATES[rule.predicate](plan, f), "known-pins"
+            probed = probes[rule.id]
+            if probed.status != UNKNOWN or known.status not in (PASS, FAIL):
+                verdict, source = probed, evidence
+            else:  # an inconclusive probe never hides a known verdict
+                verdict = Verdict(
+                    known.status, f"{known.detail} (the source probe was inconclusive: {probed.detail})"
+                )
         results.append(RuleResult(rule, verdict.status, verdict.detail, source))
     return results
 

@@ -105,20 +105,34 @@ def print_check(plan: Plan, results: list[rules.RuleResult], resolution: bool = 
             print(f"  {line}")
 
 
+def package_origin(p) -> str:
+    """Where a package comes from: its index, or the pinned source the tool compiles it from
+    (apex from git, flash-attn and the TE torch extension from sdists): never `[pypi]` for those."""
+    if p.build is None:
+        return p.index
+    from mtpimage.ext.extensions import origin
+
+    kind = "git" if p.build.source == "git" else "sdist"
+    ref = f" ({p.build.ref})" if kind == "git" and p.build.ref else ""
+    return f"built here from {kind} {origin(p)}{ref}"
+
+
 def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
     print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
     print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}")
     print(f"engine    {engine_text(plan.engine_dict())}")
     print(f"image     {image}")
     print(f"base      {plan.base_image}   python {plan.python}   cuda {plan.cuda}")
+    # one name column for both tables, as wide as the longest name (transformer-engine-torch)
+    width = max(len(n) for n in [c.name for c in plan.components] + [p.name for p in plan.packages]) + 1
     print("components")
     for c in plan.components:
         pin = f"{c.repo}@{c.commit} ({c.ref})" if c.source == "git" else f"{c.package}=={c.version} (PyPI)"
-        patches = "".join(f"\n              + patch {p.describe()}" for p in c.patches)
-        print(f"  {c.name:<16}{pin}{patches}")
+        patches = "".join(f"\n  {'':<{width}}+ patch {p.describe()}" for p in c.patches)
+        print(f"  {c.name:<{width}}{pin}{patches}")
     print("packages")
     for p in plan.packages:
-        print(f"  {p.name:<19}{p.requirement}  [{p.index}]")
+        print(f"  {p.name:<{width}}{p.requirement}  [{package_origin(p)}]")
     print("layers (base first)")
     for i, layer in enumerate(plan.layers):
         print(f"  {i:>2} {layer.name:<11}{' '.join(layer.items)}")

@@ -33,6 +33,7 @@ REPO_ROOT = locations.PACKAGE.parent
 TEMPLATES = locations.PACKAGE / "templates" / "workflows"
 IMAGES_WORKFLOW = ".github/workflows/images.yml"
 TESTS_WORKFLOW = ".github/workflows/tests.yml"
+BUMP_WORKFLOW = ".github/workflows/bump.yml"
 
 # OWNER ("{owner}") is replaced at run time by the lower-cased repository owner.
 DEFAULT_REGISTRY = f"ghcr.io/{OWNER}"
@@ -169,6 +170,7 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
         "runner": ci["runner"],
         "stack_runner_default": ci["stack_runner_default"],
         "jobs": ci["jobs"],
+        "bump": ci["bump"],
         "wheel_repository": WHEEL_REPOSITORY,
         "python_version": RUNNER_PYTHON,
         "cleanup_paths": CLEANUP_PATHS,
@@ -180,6 +182,7 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
     return {
         IMAGES_WORKFLOW: env.get_template("images.yml.j2").render(context),
         TESTS_WORKFLOW: env.get_template("tests.yml.j2").render(context),
+        BUMP_WORKFLOW: env.get_template("bump.yml.j2").render(context),
     }
 
 

@@ -56,6 +56,13 @@ def run_main(*args: str, cwd: Path | None = None, env: dict | None = None) -> su
     return subprocess.CompletedProcess(["build.py", *args], code, out.getvalue(), err.getvalue())
 
 
+def pin(component: str, field: str = "commit") -> str:
+    """A shipped pin as manifests/components.yaml holds it (#36 item 14: tests read pins, so a
+    bump of verl or Megatron-LM breaks no test but the golden files; docs/extending.md)."""
+    doc = yaml.safe_load((MANIFESTS / "components.yaml").read_text())
+    return str(doc["components"][component][field])
+
+
 def copy_manifests(tmp: Path) -> Path:
     """A fresh copy of manifests/ (without lock.yaml) at tmp/manifests, replacing any earlier one."""
     dest = tmp / "manifests"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from .helpers import run_main
+import pytest
+
+from .helpers import pin, run_main
 
 PROFILES = {"mtp-load-only", "mtp-full", "mtp-detach", "mtp-cp-recompute", "mtp-rollout"}
 UPSTREAM_DETACH = [  # examples/mtp_trainer/run_mimo_7b_mtp_megatron.sh, verl 7bc80c00, in its order
@@ -129,6 +131,39 @@ def test_explain_warns_about_model_without_mtp(tmp_path):
     assert "no MTP layers" in proc.stdout and "no-op" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": "qwen3_next", "mtp_num_hidden_layers": 1},  # Qwen3-Next: top level
+        {"model_type": "qwen3_5_moe", "text_config": {"mtp_num_hidden_layers": 1}},  # Qwen3.5: nested
+        {"model_type": "deepseek_v3", "num_nextn_predict_layers": 1},
+        # verl takes the first count > 0 (num_nextn_predict_layers 0 does not hide the other)
+        {"model_type": "x", "num_nextn_predict_layers": 0, "mtp_num_hidden_layers": 2},
+    ],
+)
+def test_explain_reads_the_mtp_layer_counts_verl_reads(tmp_path, config):
+    """#36 item 8: verl 7bc80c00 (megatron_utils.py _get_mtp_num_layers) reads
+    num_nextn_predict_layers, mtp_num_hidden_layers and text_config.mtp_num_hidden_layers."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert "no MTP layers" not in proc.stdout, proc.stdout
+
+
+def test_explain_names_every_key_it_read_when_there_are_no_mtp_layers(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 0}}))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert "text_config.mtp_num_hidden_layers is 0: the model has no MTP layers" in proc.stdout
+    cfg.write_text(json.dumps({"model_type": "qwen2"}))
+    proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
+    assert (
+        "none of num_nextn_predict_layers, mtp_num_hidden_layers, text_config.mtp_num_hidden_layers"
+        in proc.stdout
+    )
+
+
 def test_explain_warns_about_mimo_position_embeddings(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(
@@ -164,7 +199,7 @@ def test_dry_run_prints_plan_without_docker():
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "5be9626709af2722333bf54797c954c09edeada3" in out
+    assert pin("megatron-lm") in out
     assert re.search(r"image\s+mtp-verl:mtp-cp-recompute-[0-9a-f]{12}", out)
     layer_names = re.findall(r"^\s+\d+ (\S+)", out, re.M)
     assert layer_names[0] == "os" and layer_names[-1] == "mode"

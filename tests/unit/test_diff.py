@@ -16,10 +16,10 @@ from mtpimage.errors import InputError
 from mtpimage.manifests import manifest
 from mtpimage.outputs import vectordiff
 
-from .helpers import REPO, assert_one_line_error, run_main
+from .helpers import REPO, assert_one_line_error, pin, run_main
 
 CORE_V018 = "ba7b5ebce12af60627a80985792a1449ce45f46c"
-CORE_V019 = "5be9626709af2722333bf54797c954c09edeada3"
+CORE_V019 = pin("megatron-lm")  # the shipped pin
 SGLANG_PATCH = (
     "ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 "
     "23f1b8d3852df6e4d48586b038d83d79ac08ba88f60ca3257277eaa6e214c8ca"

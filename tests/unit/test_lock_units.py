@@ -230,3 +230,132 @@ def test_check_frozen_compares_every_field_of_a_patch_by_reference(field, value)
     ]
     with pytest.raises(InputError, match="patch 0 file: manifests None"):
         lockfile.check_frozen(m, plan, lock)
+
+
+def test_dry_run_frozen_stops_on_a_lock_that_drifted(tmp_path, capsys):
+    """#36 item 10: `--dry-run --frozen` checks the lock as the build would (exit 2, naming it)."""
+    import shutil
+
+    from mtpimage import cli
+
+    m = Path(
+        shutil.copytree(
+            manifest.load().root, tmp_path / "manifests", ignore=shutil.ignore_patterns("lock.yaml")
+        )
+    )
+    mm = manifest.load(m)
+    lockfile.write(m / "lock.yaml", _lock_for(mm, plan_for(mm, "mtp-detach", None)))
+    args = ["--manifests", str(m), "--profile", "mtp-detach", "--frozen", "--dry-run"]
+    assert cli.main(args) == 0
+    cat = m / "components.yaml"
+    verl = mm.catalogue.data["components"]["verl"]["commit"]
+    cat.write_text(cat.read_text().replace(verl, "a" * 40))
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "component verl drifted" in err and "lock --upgrade verl" in err
+
+
+@pytest.mark.parametrize("version,status", [("0.13.0", FAIL), ("0.14.0rc1", FAIL), ("0.14.0", PASS)])
+def test_mtp_context_parallel_probe_reads_the_version_the_source_builds(tmp_path, version, status):
+    """#36 item 7: the probe decides from the source (its own metadata), not from the manifest."""
+    from mtpimage.manifests import rules
+
+    write(
+        tmp_path,
+        "pyproject.toml",
+        f'[project]\nname = "megatron-core"\nversion = "{version}"\ndependencies = []\n',
+    )
+    v = probes.mtp_cp(tmp_path, rules.facts())
+    assert v.status == status and version in v.detail, v
+
+
+def test_a_cuda_toolkit_wheel_of_another_minor_fails_the_lock_unless_declared():
+    """#36 item 6: sglang 0.5.13's lock added nvidia-cuda-nvcc 13.2.86 to a CUDA 13.0 stack
+    without a word; the libraries' own numbering (cuBLAS 13.1.0.3 is CUDA 13.0's) is not judged."""
+    import dataclasses
+
+    from mtpimage.lock.pythonset import PythonSets
+
+    class Sets(PythonSets):
+        def __init__(self):
+            self.failures = []
+
+    plan = plan_for(manifest.load(), "mtp-detach", None)
+    assert plan.cuda.startswith("13.0")
+    resolved = {
+        "nvidia-cuda-nvcc": {"version": "13.2.86", "via": ["sglang"]},
+        "nvidia-cuda-crt-cu13": {"version": "13.5.37", "via": ["nvidia-cuda-nvcc"]},
+        "nvidia-cuda-runtime": {"version": "13.0.96", "via": ["cuda-toolkit"]},
+        "nvidia-cublas": {"version": "13.1.0.3", "via": ["cuda-toolkit"]},
+    }
+    s = Sets()
+    s._cuda_line(plan, resolved, "k")
+    assert len(s.failures) == 2, s.failures
+    assert (
+        "nvidia-cuda-nvcc 13.2.86 is CUDA 13.2, the base image is CUDA 13.0.2 (required by sglang)"
+        in s.failures[1]
+    )
+    declared = dataclasses.replace(
+        plan,
+        overrides=plan.overrides
+        + (("nvidia-cuda-nvcc==13.2.86", "why", "link"), ("nvidia-cuda-crt-cu13>=13.5", "why", "link")),
+    )
+    s = Sets()
+    s._cuda_line(declared, resolved, "k")
+    assert s.failures == []
+
+
+def test_an_override_records_what_it_covers_and_names_a_declaration_nobody_reviewed(tmp_path):
+    """#36 item 6: with sglang 0.5.13 the transformers override silently replaced sglang's
+    transformers==5.8.1 while its record said 5.6.0: the lock records what each override
+    covers (who, requirement, read from the wheel) and prints the one the record lacks."""
+    from types import SimpleNamespace
+
+    from mtpimage.lock import pythonset
+
+    m = manifest.load()
+    plan = plan_for(m, "mtp-detach", None)
+    wheel = tmp_path / "sglang"
+    write(wheel, "sglang-0.5.12.dist-info/METADATA", "Name: sglang\nRequires-Dist: transformers==5.6.0\n")
+
+    class Sets(pythonset.PythonSets):
+        def __init__(self):
+            self.m, self.ss, self.notes = m, SimpleNamespace(trees={"sglang": wheel}), []
+
+    def covers(sets):
+        s = pythonset._SetInputs(indexes={}, used=[], reach={})
+        doc = {"overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.overrides]}
+        sets._override_covers(plan, s, doc)
+        return {o["requirement"]: o["covers"] for o in doc["overrides"]}
+
+    sets = Sets()
+    assert covers(sets)["transformers==5.10.4"] == ["sglang 0.5.12: transformers==5.6.0"]
+    assert sets.notes == []  # components.yaml records exactly that
+    write(wheel, "sglang-0.5.12.dist-info/METADATA", "Name: sglang\nRequires-Dist: transformers==5.8.1\n")
+    sets = Sets()
+    covers(sets)
+    [note] = sets.notes
+    assert note.startswith("override transformers==5.10.4 now covers sglang 0.5.12: transformers==5.8.1;")
+    assert "components.yaml records sglang 0.5.12: transformers==5.6.0" in note
+
+
+@pytest.mark.parametrize("failure", ["patch", "set", "probe"])
+def test_frozen_refuses_a_lock_that_records_a_failure(failure):
+    """#36 item 1: locks written by the tool before #36 recorded failures (a patch that does not
+    apply, `packages: {}` of a set that did not resolve, a failed probe) and `check` said ok:
+    such a lock stops a frozen build as drift does."""
+    m = manifest.load()
+    plan = plan_for(m, "mtp-rollout", None)
+    lock = _lock_for(m, plan)
+    lock["profiles"]["mtp-rollout"]["python_set"] = "k"
+    lock["python_sets"] = {"k": {"resolved": True}}
+    lockfile.check_frozen(m, plan, lock)
+    if failure == "patch":
+        lock["components"]["sglang"]["patches"][0]["applies"] = False
+    elif failure == "set":
+        lock["python_sets"]["k"]["resolved"] = False
+    else:
+        lock["profiles"]["mtp-rollout"]["probes"] = {"sglang-rollout-fix": {"status": "fail", "detail": "x"}}
+    with pytest.raises(InputError, match="records a"):
+        lockfile.check_frozen(m, plan, lock)

@@ -9,16 +9,17 @@ from mtpimage.build.render import render
 from mtpimage.cli import plan_for
 from mtpimage.manifests import manifest
 from mtpimage.outputs import versionvector
+from tests.unit.helpers import pin
 
 
 def test_static_labels_name_the_packaged_software_and_keep_verl_in_the_namespace():
     m = manifest.load()
     labels = versionvector.labels(plan_for(m, "mtp-detach", None), "mtp-verl")
-    assert labels["org.opencontainers.image.version"] == "0.10.0.dev"
+    assert labels["org.opencontainers.image.version"] == pin("verl", "version")
     assert (
         "org.opencontainers.image.source" not in labels and "org.opencontainers.image.revision" not in labels
     )
-    assert labels["io.mtp-image-builder.verl.revision"] == "7bc80c00a07833e06797ecde08c7efc58f524aa2"
+    assert labels["io.mtp-image-builder.verl.revision"] == pin("verl")
     assert labels["org.opencontainers.image.licenses"]
 
 

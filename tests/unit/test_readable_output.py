@@ -95,3 +95,20 @@ def test_the_missing_base_error_points_to_the_stand_in(plans, monkeypatch):
         pipeline.base_preflight(plans["mtp-detach"])
     assert "is not present locally" in str(err.value)
     assert "MTP_SUBSTITUTE_BASE, see docs/real-stack.md" in str(err.value)
+
+
+def test_dry_run_names_what_the_tool_compiles_and_keeps_its_columns(plans, capsys):
+    """#36 item 13: apex, flash-attn and the TE torch extension are compiled here (apex from
+    git): never labelled `[pypi]`; every name, the longest too, is followed by a space."""
+    plan = plans["mtp-detach"]
+    report.print_plan(plan, [], "img")
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.split("packages\n")[1].split("layers")[0].splitlines()}
+    built = [p.name for p in plan.packages if p.build is not None]
+    assert {"apex", "flash-attn", "transformer-engine-torch"} <= set(built)
+    for name in built:
+        assert "[pypi]" not in rows[name] and "[built here from " in rows[name], rows[name]
+    assert "[built here from git https://github.com/NVIDIA/apex @ " in rows["apex"]
+    assert rows["torch"].endswith("[pypi]")
+    starts = {line.index(line.split()[1]) for line in rows.values()}
+    assert len(starts) == 1, rows  # one column, however long the name

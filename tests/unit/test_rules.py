@@ -243,3 +243,140 @@ def test_warnings_do_not_fail_check():
     proc = run_main("check", "--profile", "mtp-full")
     assert proc.returncode == 0
     assert "WARNING full-mode-changes-training" in proc.stdout
+
+
+def _torch_plan(version: str, locked: tuple = ()):
+    import dataclasses
+
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-detach", [f"torch.version={version}"]))
+    return dataclasses.replace(plan, locked=locked)
+
+
+def _row(name: str, version: str) -> tuple:
+    return (name, version, "torch", "pypi", f"{name}-{version}.whl", "0" * 64)
+
+
+def _torch_cuda(plan) -> rules.RuleResult:
+    return next(r for r in rules.evaluate(plan) if r.rule.id == "torch-cuda-match")
+
+
+@pytest.mark.parametrize(
+    "version,status,needle",
+    [
+        ("2.10.0", rules.FAIL, "torch 2.10.0 is built for CUDA 12.8"),  # nvidia-cuda-runtime-cu12==12.8.90
+        ("2.11.0", rules.PASS, "CUDA 13.0"),
+        ("2.12.0", rules.PASS, "CUDA 13.0"),  # cuda-toolkit==13.0.2, like 2.11.0
+        ("2.99.0", rules.UNKNOWN, "pypi_torch_cuda in mtpimage/data/rules.yaml"),
+    ],
+)
+def test_torch_cuda_match_judges_pypi_torch_by_the_cuda_its_wheel_requires(version, status, needle):
+    """#36 item 4: PyPI's torch has no +cuXYZ tag: not "a CPU or default build"."""
+    r = _torch_cuda(_torch_plan(version))
+    assert (r.status, needle in r.detail) == (status, True), r.detail
+    assert "no +cuXYZ" not in r.detail
+    assert "pypi_torch_cuda" in r.rule.fix
+
+
+def test_torch_cuda_match_reads_the_locked_cuda_runtime_first():
+    """A locked set says what the wheel required: a release no table knows is judged by it."""
+    r = _torch_cuda(
+        _torch_plan("2.99.0", (_row("cuda-toolkit", "13.0.2"), _row("nvidia-cuda-runtime", "13.0.96")))
+    )
+    assert r.status == rules.PASS and "the locked cuda-toolkit==13.0.2" in r.detail, r.detail
+    r = _torch_cuda(_torch_plan("2.11.0", (_row("nvidia-cuda-runtime-cu12", "12.8.90"),)))
+    assert r.status == rules.FAIL and "built for CUDA 12.8" in r.detail, r.detail
+    r = _torch_cuda(
+        _torch_plan("2.11.0", (_row("cuda-toolkit", "13.0.2"), _row("nvidia-cuda-runtime-cu12", "12.8.90")))
+    )
+    assert r.status == rules.FAIL and "mixes CUDA lines" in r.detail, r.detail
+
+
+def test_an_inconclusive_probe_never_hides_a_known_verdict():
+    """#36 item 5: sglang 0.5.12 from PyPI without its patch is a known FAIL; a probe that
+    cannot decide (files moved in newer sglang) does not turn it into UNKNOWN (exit 0)."""
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-rollout", ["sglang.patches=[]"]))
+    probes = {"sglang-rollout-fix": rules.Verdict(rules.UNKNOWN, "eagle_worker.py not in this sglang tree")}
+    r = next(r for r in rules.evaluate(plan, probes) if r.rule.id == "sglang-rollout-fix")
+    assert r.status == rules.FAIL and "the source probe was inconclusive" in r.detail, r.detail
+    decided = {"sglang-rollout-fix": rules.Verdict(rules.PASS, "unwrap_ipc_tensors defined")}
+    r = next(r for r in rules.evaluate(plan, decided) if r.rule.id == "sglang-rollout-fix")
+    assert (r.status, r.source) == (rules.PASS, "probe")  # a decided probe still overrides
+
+
+@pytest.mark.parametrize(
+    "version,status",
+    [("0.5.12", rules.FAIL), ("0.5.12.post1", rules.FAIL), ("0.5.17", rules.FAIL), ("0.5.18", rules.PASS)],
+)
+def test_mtp_rollout_warns_about_the_distributed_draft_sync(version, status):
+    """#36 item 5: sglang 0.5.12-0.5.17 update_weights_from_distributed skips the draft model
+    (sgl-project/sglang#27718): a warning for MTP rollout; not for profiles without rollout."""
+    r = verdicts("mtp-rollout", [f"sglang.version={version}"])["sglang-distributed-draft-sync"]
+    assert r.status == status and r.rule.severity == "warning", r.detail
+    assert verdicts("mtp-detach")["sglang-distributed-draft-sync"].status == rules.NA
+
+
+def test_the_locks_recorded_probe_verdicts_count_in_check(tmp_path):
+    """#36 item 3: a commit no known list names is decided by the probe `lock` recorded for
+    it: plain `check` and `--dry-run` say PASS (evidence: lock), not UNKNOWN; an edit that
+    makes the lock disagree with the manifests drops them (the known lists decide again)."""
+    import json
+    import shutil
+
+    from tests.unit.helpers import pin
+
+    root = Path(shutil.copytree(manifest.load().root, tmp_path / "manifests"))
+    old, new = pin("megatron-lm"), "ab" * 20  # a commit no known list names
+    for name in ("components.yaml", "lock.yaml"):
+        (root / name).write_text((root / name).read_text().replace(old, new))
+    proc = run_main("check", "--manifests", str(root), "--profile", "mtp-cp-recompute", "--json")
+    res = {r["id"]: r for r in json.loads(proc.stdout)[0]["rules"]}
+    assert (res["recompute-padding-mask"]["status"], res["recompute-padding-mask"]["evidence"]) == (
+        "pass",
+        "lock",
+    )
+    assert "recorded in manifests/lock.yaml" in res["recompute-padding-mask"]["detail"]
+    dry = run_main("--manifests", str(root), "--profile", "mtp-cp-recompute", "--dry-run")
+    assert "UNKNOWN recompute-padding-mask" not in dry.stdout
+    drifted = run_main(
+        "check",
+        "--manifests",
+        str(root),
+        "--profile",
+        "mtp-cp-recompute",
+        "--json",
+        "--set",
+        f"megatron-lm.commit={'cd' * 20}",
+    )
+    res = {r["id"]: r for r in json.loads(drifted.stdout)[0]["rules"]}
+    assert (res["recompute-padding-mask"]["status"], res["recompute-padding-mask"]["evidence"]) == (
+        "unknown",
+        "known-pins",
+    )
+
+
+def test_mbridge_rule_does_not_pass_a_commit_it_does_not_know():
+    """#36 item 3: d10f3c6b used ModelType.encoder_and_decoder and passed offline: an mbridge
+    commit in no known list is UNKNOWN on megatron-core >= 0.17 (its probe decides)."""
+    r = verdicts("mtp-detach", [f"mbridge.commit={'ef' * 20}"])["mbridge-mcore-017"]
+    assert r.status == rules.UNKNOWN and "no known list" in r.detail, r.detail
+    assert verdicts("mtp-detach")["mbridge-mcore-017"].status == rules.PASS  # the shipped pin is known good
+
+
+@pytest.mark.parametrize(
+    "commit,want",
+    [
+        ("c550cf6c41c31cd3ec72e05c25ea0c979f2b6631", rules.FAIL),  # core_v0.13.0 asserts CP == 1 with MTP
+        ("ea651a3b78b9b0c1dfd83975ff28853e38e5abaa", rules.FAIL),  # core_v0.13.1
+        (
+            "23e00ed0963c35382dfe8a5a94fb3cda4d21e133",
+            rules.PASS,
+        ),  # core_v0.14.0: CP support for MTP (08abeedb)
+        (GOOD_019, rules.PASS),
+    ],
+)
+def test_mtp_with_context_parallelism_needs_megatron_core_014(commit, want):
+    """#36 item 7: core_v0.13.0 with CP=2 passed every check."""
+    assert status("mtp-cp-recompute", "mtp-context-parallel", [f"megatron-lm.commit={commit}"]) == want
+    assert status("mtp-detach", "mtp-context-parallel") == rules.NA  # CP 1

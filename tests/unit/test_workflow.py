@@ -255,14 +255,16 @@ def test_permissions_are_least_privilege(generated):
         assert data["permissions"] == {} or data["permissions"] == "{}", rel
         for name, job in data["jobs"].items():
             perms = job["permissions"]
-            assert perms["contents"] == "read"
             writes = {k for k, v in perms.items() if v == "write"}
             expected = {
                 (workflow.IMAGES_WORKFLOW, "stack"): {"packages"},
                 (workflow.IMAGES_WORKFLOW, "publish"): {"packages"},
                 # OIDC only where it signs, and that job runs no build
                 (workflow.IMAGES_WORKFLOW, "sign"): {"packages", "id-token", "attestations"},
+                # the weekly bump pushes its branch and opens the pull request, nothing else
+                (workflow.BUMP_WORKFLOW, "bump"): {"contents", "pull-requests"},
             }.get((rel, name), set())
+            assert perms["contents"] == ("write" if "contents" in expected else "read"), (rel, name)
             assert writes == expected, (rel, name, perms)
 
 
@@ -489,3 +491,24 @@ def test_ci_refuses_a_broken_profile(tmp_path):
     proc = run_main("ci", "--check", "--root", str(tmp_path), "--manifests", str(man))
     assert proc.returncode == 2 and "broken.yaml" in proc.stderr, proc.stderr
     assert not (tmp_path / ".github").exists()
+
+
+def test_bump_workflow_runs_the_bump_of_each_component_weekly_and_opens_a_pull_request(generated):
+    """#36: a scheduled job runs `bump` for the components of ci.yaml and opens a pull request
+    with its report (it cannot run here: it needs GitHub; actionlint and zizmor check it)."""
+    from mtpimage.cli import make_parser
+
+    data = load(generated[workflow.BUMP_WORKFLOW])
+    on = data.get("on") or data.get(True)
+    ci = workflow.ci_settings()["bump"]
+    assert on["schedule"] == [{"cron": ci["cron"]}] and "workflow_dispatch" in on
+    listing = steps(data["jobs"]["plan"])[0]
+    assert listing["env"]["DEFAULT"] == " ".join(ci["components"])
+    bump = {s.get("id", s.get("name")): s for s in steps(data["jobs"]["bump"])}
+    line = next(x for x in bump["bump"]["run"].splitlines() if "build.py bump" in x)
+    argv = line.split("build.py", 1)[1].replace('"$COMPONENT"', "verl").split()
+    args = make_parser().parse_args(argv)
+    assert (args.component, args.latest, str(args.report)) == ("verl", True, "bump.md")
+    pr = bump["Open or update the pull request"]
+    assert "gh pr create" in pr["run"] and "--body-file bump.md" in pr["run"]
+    assert pr["if"] == "steps.bump.outputs.moved == 'true'"
