@@ -100,6 +100,23 @@ def share_repository() -> str | None:
     return settings.current().wheel_cache_repo
 
 
+def resolve_share(repo: str, say: Say) -> str:
+    """MTP_WHEEL_CACHE_REPO in either form: the repository itself (`REG/NS/NAME`), or the
+    `--registry` form that `wheels push`/`pull` take (`REG/NS`, whose repository is
+    `REG/NS/ext-wheels`). A name cannot tell them apart (the generated workflows share through
+    `REG/mtp-ext-wheels`), so the registry is asked, once, before anything compiles: a
+    repository that holds no tags while `REPO/ext-wheels` does was meant as the namespace."""
+    from mtpimage.ext.wheelshare import REPOSITORY, repository_tags
+
+    if repo.rstrip("/").endswith("/" + REPOSITORY) or repository_tags(repo):
+        return repo
+    under = f"{repo.rstrip('/')}/{REPOSITORY}"
+    if repository_tags(under):
+        say(f"share   MTP_WHEEL_CACHE_REPO={repo} names a namespace: its wheels are in {under} (using that)")
+        return under
+    return repo
+
+
 def max_jobs(plan_default: int) -> int:
     return settings.current().ext_max_jobs or plan_default
 
@@ -121,6 +138,7 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
     plan = rendered.plan
     cache = _cache()
     repo = share_repository()
+    asked = False  # the share's form is asked of the registry at the first local miss only
     pins = wheelpins.load(rendered.manifests_root)
     remote: list[str] = []  # the compile cache's URL, served only while something compiles
     out: dict = {}
@@ -140,6 +158,8 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
         if hit is None and repo:
             from mtpimage.ext.wheelshare import pull
 
+            if not asked:
+                repo, asked = resolve_share(repo, say), True
             hit = pull(cache, key, repo, pin=pin)
             if hit is not None:
                 say(f"wheel   {pkg.name:<16} {hit.filename} from {repo} (key {key[:12]})")

@@ -73,6 +73,12 @@ def _parse(repository: str) -> tuple[RegistryClient, str, str]:
     return RegistryClient(Registry(ref.host, "")), ref.path, ref.repository
 
 
+def repository_tags(repository: str) -> list[str]:
+    """The tags of a wheel repository ([] when it does not exist), under the network policy."""
+    client, path, _ = _parse(repository)
+    return _net(client.tags, path)
+
+
 def _net(fn, *args):
     return netpolicy.retrying(_transient)(fn, *args)
 
