@@ -213,6 +213,8 @@ class BuildahEngine(DockerEngine):
                 _pull_base(store, ref)
             iidfile = store.root / "iid"
             watch = buildlog.Watcher()
+            own_log = log_path is None  # the tool's own log of this build: kept only when it fails
+            log_path = log_path or buildlog.new_log(req.target or "image")
             code, tail = _stream_build(
                 store.argv("bud", *self._bud_argv(req, iidfile), str(ctx)),
                 dict(os.environ),
@@ -222,9 +224,9 @@ class BuildahEngine(DockerEngine):
                 watch,
             )
             if code != 0:
-                raise BuildFailed(
-                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
-                )
+                raise BuildFailed(buildlog.failure(watch, tail, log_path, req.target))
+            if own_log:
+                log_path.unlink(missing_ok=True)
             built = iidfile.read_text().strip()
             proc = store.run("push", "--quiet", "--disable-compression", built, f"oci:{dest}")
             if proc.returncode != 0:
