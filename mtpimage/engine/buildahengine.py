@@ -281,6 +281,21 @@ class BuildahEngine(DockerEngine):
         if super().image_id(layout.image_id) != layout.image_id:
             raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
 
+    def history(self, ref: str) -> list[tuple[int, str]]:
+        """(bytes, created_by) per history entry, from this engine's layout: a layer's size is
+        its uncompressed tar's, as pushed (dockerd counts file contents only, so a layer of
+        directories alone, such as the `os` layer where apt had nothing to do, showed as 0 and
+        lost its row); metadata entries 0."""
+        found = DockerEngine.image_id(self, ref)
+        if found is None or not self.layout_of(found).is_dir():
+            return super().history(ref)
+        layout = ocilayout.read(self.layout_of(found))
+        sizes = iter(d["size"] for d in layout.manifest["layers"])
+        return [
+            (0 if h.get("empty_layer") else next(sizes, 0), h.get("created_by", ""))
+            for h in layout.config.get("history", [])
+        ]
+
     def image_id(self, ref: str) -> str | None:
         """A local image counts only when this engine built it (its normalised layout is kept):
         an image of the same identity built by the Docker engine is not bit-for-bit this one."""
