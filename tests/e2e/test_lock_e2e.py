@@ -383,3 +383,21 @@ def test_a_bad_certificate_only_uv_meets_names_tls_and_writes_nothing(
     assert "MTP_CA_BUNDLE" in errors[0] and "lock.yaml left unchanged" in errors[0]
     assert "does not resolve" not in out + err
     assert not (m / "lock.yaml").exists() and "wrote " not in out
+
+
+def test_lock_lists_each_unverified_item_once(
+    private_git_world, fast_net, tmp_path, http_server, monkeypatch, capsys
+):
+    """A compiled extension's sdist that the (stand-in) index does not list is unverified in
+    every profile that builds it: one line, not one per profile."""
+    m = standin_manifests(tmp_path / "m", private_git_world.repos, serve_index(http_server, monkeypatch))
+    assert cli.main(["lock", "--manifests", str(m)]) in (0, 1)
+    out, err = capsys.readouterr()
+    listed = [
+        line
+        for line in out.split("NOT verified from this machine", 1)[1].splitlines()
+        if line.startswith("  - ")
+    ]
+    assert any("flash-attn: source flash_attn-" in line for line in listed), out  # the case this is about
+    assert len(listed) == len(set(listed)), "\n".join(listed)
+    assert f"{len(listed)} item(s) NOT verified" in out
