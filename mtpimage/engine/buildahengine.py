@@ -4,8 +4,9 @@ Debian 12's docker 20.10 embeds a BuildKit without `rewrite-timestamp` or SOURCE
 handling, so its layers carry the build's file times. buildah (Debian 12: 1.28) builds the
 same rendered Dockerfile bit for bit when:
   - every build starts on a clean builder: a throwaway storage root (no layer cache; the
-    base is pulled by its digest into it), the context unpacked fresh (buildah's rw bind
-    mounts write through to the context directory);
+    base is pulled by its digest into it) at one fixed place, /var/tmp/mtp-image-builder-UID
+    (buildah 1.28's RUN mount targets leave traces that depend on where the root is), the
+    context unpacked fresh (buildah's rw bind mounts write through to the context directory);
   - `bud --format docker --timestamp 0 --layers --no-cache`: one layer per instruction as
     the Docker engine makes them, every file time and `created` at 0 (`--format docker`:
     the OCI format drops SHELL, and RUN would run without bash's pipefail);
@@ -45,6 +46,7 @@ from mtpimage.errors import EnvironmentProblem, InputError
 # What makes a build reproducible; the README's "Reproducible builds" section explains each.
 BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
 BUILD_ARGS = (("SOURCE_DATE_EPOCH", "0"), ("PYTHONDONTWRITEBYTECODE", "1"))
+SCRATCH_PARENT = Path("/var/tmp")  # the storage roots' fixed place (BuildahEngine._scratch says why)
 
 
 @cache
@@ -193,8 +195,15 @@ class BuildahEngine(DockerEngine):
         return layout.image_id
 
     def _scratch(self) -> Path:
-        path = settings.current().cache_root / "buildah"
-        path.mkdir(parents=True, exist_ok=True)
+        """Where the throwaway storage roots live: one fixed path on every machine, never under
+        MTP_CACHE_DIR. buildah 1.28 writes into a RUN step's layer, or not, depending on where its
+        storage root is: with the root under /tmp a created mount target (`/tmp/mtp-src/x`) stays
+        as an empty directory; under /opt, /srv or ~/.cache an existing one (`/var/cache/apt` of
+        the base) is whited out; under /var neither (seen with a three-line Dockerfile; it
+        follows the root's first path component, not the build's context or runroot). So the
+        root is under /var/tmp, the same for every user and cache location."""
+        path = SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return path
 
     def build_layout(

@@ -13,14 +13,19 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
+import tempfile
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
-from tests.fixtures.image_fixtures import image_world, world_cli
+from tests.fixtures.image_fixtures import REPO, image_world, world_cli
 
 pytestmark = [
     pytest.mark.timeout(1800),
@@ -245,3 +250,53 @@ def test_verify_names_the_files_of_a_layer_added_on_top(world, published):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"layer {n} (echo evil" in errors[0], proc.stderr[-3000:]
     assert "not in the rebuild, on top of it:" in errors[0] and "usr/local/bin/evil (added)" in errors[0]
+
+
+def _build_elsewhere(world, ns: str, summary: Path, cache: Path, umask: str, tz: str, lang: str) -> dict:
+    """A clean build and push with its own cache location, umask, time zone and locale."""
+    env = {**os.environ, **world["env"], "MTP_CACHE_DIR": str(cache), "TZ": tz, "LANG": lang, "LC_ALL": lang}
+    env.pop("MTP_DEBUG", None)
+    argv = [sys.executable, str(REPO / "build.py"), "--manifests", world["manifests"], "--profile", PROFILE]
+    argv += ["--push", "--registry", f"{world['host'].registry}/{ns}", "--summary-file", str(summary)]
+    proc = subprocess.run(
+        ["sh", "-c", f'umask {umask}; exec "$@"', "sh", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return json.loads(summary.read_text())
+
+
+def test_the_digest_does_not_depend_on_the_cache_location_umask_tz_or_locale(world, tmp_path):
+    """Issue #35: buildah's storage root used to live under MTP_CACHE_DIR, and what RUN mount
+    targets left in the layers followed its location (/tmp: empty targets; ~/.cache: the
+    base's /var/cache/apt whited out). Two clean builds, one cache under /tmp (pytest's), one
+    under /var/tmp, with other umask, TZ and locale: one digest."""
+    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
+    try:
+        first = _build_elsewhere(
+            world,
+            f"where-a-{uuid.uuid4().hex[:6]}",
+            tmp_path / "a.json",
+            tmp_path / "cache",
+            "022",
+            "UTC",
+            "C.UTF-8",
+        )
+        for ref in first["references"] + [first["image"], f"mtp-verl:{PROFILE}"]:
+            world["host"].docker("image", "rm", "--no-prune", ref, check=False)
+        second = _build_elsewhere(
+            world,
+            f"where-b-{uuid.uuid4().hex[:6]}",
+            tmp_path / "b.json",
+            elsewhere / "cache",
+            "077",
+            "Asia/Kolkata",
+            "de_DE.UTF-8",
+        )
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert first["digest"] == second["digest"], (first, second)
