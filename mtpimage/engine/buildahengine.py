@@ -36,7 +36,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, settings
+from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
 from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed, build_options
@@ -72,6 +72,7 @@ class Storage:
         parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(parent)
         self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
+        janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
 
     def argv(self, *args: str) -> list[str]:
         cli, _ = buildah_cli()
@@ -185,6 +186,7 @@ class BuildahEngine(DockerEngine):
         if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
             return super().build(req, log_path, echo)
         with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
+            janitor.guard(Path(tmp))
             layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
             dest = self.layout_of(layout.image_id)
             if not dest.is_dir():
@@ -339,3 +341,10 @@ class BuildahEngine(DockerEngine):
             raise PushFailed(ref, str(exc), True, "push") from None
         except RegistryHTTPError as exc:
             raise PushFailed(ref, str(exc), exc.status >= 500 or exc.status == 429, "push") from None
+
+
+if __name__ == "__main__":  # `python -m mtpimage.engine.buildahengine remove-root PATH`: the janitor's
+    import sys
+
+    if sys.argv[1:2] == ["remove-root"] and len(sys.argv) == 3:
+        remove_root(Path(sys.argv[2]))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, settings
+from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -314,6 +314,7 @@ class DockerEngine(ContainerEngine):
         own_log = log_path is None  # the tool's own log of this build: kept only when it fails
         log_path = log_path or buildlog.new_log(req.target or "image")
         with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
+            janitor.guard(Path(tmp))  # a killed tool's `docker build` ends, and this goes, at once
             iidfile = Path(tmp) / "iid"
             watch = buildlog.Watcher()
             code, tail = _stream_build(
