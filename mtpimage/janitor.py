@@ -9,7 +9,9 @@ no signal to the tool's group reaches it) that waits for the tool's process to e
 each guarded path still there, ends the processes whose command line names it (only the
 tool's own children do: the paths are unique to this run) and removes it: a buildah root
 through `python -m mtpimage.engine.buildahengine remove-root` (containers, images, mounts,
-files: only the engine runs buildah), any other directory as files. A run that ends normally removes its paths itself and the janitor finds none left.
+files: only the engine runs buildah), any other directory as files. A run that ends
+normally (SIGTERM and Ctrl-C unwind to one) removes its paths itself and, at exit, dismisses
+the janitor (SIGTERM) and waits for it: nothing outlives the tool but after a SIGKILL.
 
 The paths are listed, one per line (`KIND<TAB>PATH`), in $MTP_CACHE_DIR/janitor/<pid>.paths;
 the janitor removes that list last.
@@ -17,6 +19,7 @@ the janitor removes that list last.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -47,7 +50,7 @@ def guard(path: Path, kind: str = "dir") -> None:
     if listing is None:
         listing = _list_file()
         listing.write_text("")
-        subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "mtpimage.janitor", str(pid), str(listing)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -61,8 +64,20 @@ def guard(path: Path, kind: str = "dir") -> None:
             },
         )
         _started[pid] = listing
+        atexit.register(_dismiss, proc, listing)
     with open(listing, "a") as f:
         f.write(f"{kind}\t{path}\n")
+
+
+def _dismiss(proc: subprocess.Popen, listing: Path) -> None:
+    """At a normal exit (SIGTERM and Ctrl-C unwind to one too) the run has removed its paths:
+    the janitor makes sure of it and ends before the tool does, so nothing outlives the tool."""
+    try:
+        proc.terminate()
+        proc.wait(timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+    listing.unlink(missing_ok=True)  # a janitor dismissed before it was listening left it
 
 
 def _alive(pid: int) -> bool:
@@ -124,7 +139,9 @@ def clean(listing: Path) -> None:
 
 def main(argv: list[str]) -> int:
     pid, listing = int(argv[0]), Path(argv[1])
-    while _alive(pid):
+    dismissed: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: dismissed.append(1))  # the tool is exiting normally
+    while _alive(pid) and not dismissed:
         time.sleep(POLL)
     clean(listing)
     return 0
