@@ -58,7 +58,7 @@ VARIABLES = (
     Variable("MTP_DOCKER_CLI", "", "the docker CLI to use (default: the first of PATH's docker, /usr/bin/docker, /usr/local/bin/docker that works)"),
     Variable("MTP_DOCKER_BUILDKIT_CLI", "", "the older name of MTP_DOCKER_CLI, read when that is unset (scripts/setup-test-host.sh writes it)"),
     Variable("MTP_EXT_MAX_JOBS", "", "parallel compile jobs of the compiled extensions' builder stages (default: the profile's `build.max_jobs`); not in the wheel key"),
-    Variable("MTP_WHEEL_CACHE_REPO", "", "`HOST[:PORT]/NS/NAME` where compiled extension wheels are shared: pulled on a local miss, pushed after a build"),
+    Variable("MTP_WHEEL_CACHE_REPO", "", "`HOST[:PORT]/NS/NAME` where compiled extension wheels are shared: pulled on a local miss, pushed after a build (`HOST[:PORT]/NS`, the `--registry` form of `wheels push`, means `NS/ext-wheels` when that is where the wheels are)"),
     Variable("MTP_PROJECT_URL", "", "this project's URL for the images' `org.opencontainers.image.source` label (else GitHub Actions' repository, else an https origin)"),
     Variable("MTP_FASTPATH", "1", "`0`: never answer from the remembered no-op; every main job takes the full path"),
     Variable("MTP_FASTPATH_TRACE", "", "non-empty: the fast path says on stderr why it hit or missed"),

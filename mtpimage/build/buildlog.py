@@ -4,12 +4,22 @@ URL is refused at build time). The image installs every locked PyPI file with `p
 of several lines (THESE PACKAGES DO NOT MATCH THE HASHES ...), buried in BuildKit's output. This
 reads that block from the stream of build output lines (plain progress: `#9 1.23 ` prefixes)
 and says it in one line: the package, the URL, both sha256 and the fix.
+
+Any other failure is said as its cause, then where the whole log is: the first compiler
+diagnostic (`add.cpp:2:2: error: ...`) and the build backend's own verdict (`error: command
+'x86_64-linux-gnu-gcc' failed ...`), never BuildKit's closing line, which repeats the whole RUN
+command (thousands of characters) and names no cause. The log of every build is written to
+$MTP_CACHE_DIR/logs/ while it runs, removed when the build succeeds, kept when it fails.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE"
 # BuildKit's plain progress puts `#<step> <seconds> ` before each line a RUN prints
@@ -28,15 +38,44 @@ class Mismatch:
     got: str = ""
 
 
+# a compiler's diagnostic: `file:line[:col]: [fatal ]error: ...`
+_DIAGNOSTIC = re.compile(r"^\S+?:\d+(?::\d+)?: (?:fatal )?error: ")
+# a build backend's or pip's verdict (setuptools: `error: command 'gcc' failed ...`)
+_VERDICT = re.compile(r"^(?:error: |ERROR: |\w+(?:\.\w+)*Error: )")
+# BuildKit's and the docker CLI's own closing lines: they repeat the RUN command, not its cause
+_ENGINE = (
+    "did not complete successfully",
+    "failed to solve",
+    "executor failed",
+    "subprocess-exited-with-error",
+)
+# newer setuptools quote the whole argv (`error: Command '['g++', '-c', ...]' returned non-zero
+# exit status 1.`): the program and the verdict are what say something
+_ARGV_VERDICT = re.compile(r"""^error: [Cc]ommand '\[['"]([^'"]+)['"].*\]' ((?:failed|returned) .*)$""")
+CAUSE_WIDTH = 240  # characters of each cause line
+
+
 class Watcher:
-    """Fed every output line of a build; remembers pip's hash mismatches."""
+    """Fed every output line of a build; remembers pip's hash mismatches and the lines that
+    say why a step failed."""
 
     def __init__(self) -> None:
         self.mismatches: list[Mismatch] = []
         self._in_block = False
+        self.diagnostic: str | None = None  # the first compiler error
+        self.verdict: str | None = None  # the last build backend / pip error line
 
     def feed(self, line: str) -> None:
         text = _STEP.sub("", line.rstrip("\r\n"))
+        bare = text.strip()
+        if self.diagnostic is None and _DIAGNOSTIC.match(bare):
+            self.diagnostic = bare[:CAUSE_WIDTH]
+        elif _VERDICT.match(bare) and not any(e in bare for e in _ENGINE):
+            if m := _ARGV_VERDICT.match(bare):
+                bare = f"error: command '{m[1]}' {m[2]}"
+            # the backend's own `error: ...` wins over pip's summary (`ERROR: Failed to build ...`)
+            if bare.startswith("error: ") or self.verdict is None or not self.verdict.startswith("error: "):
+                self.verdict = bare[:CAUSE_WIDTH]
         if HEAD in text:
             self._in_block = True
             return
@@ -72,3 +111,55 @@ def explain(lines) -> str | None:
     for line in lines.splitlines() if isinstance(lines, str) else lines:
         w.feed(line)
     return w.one_line()
+
+
+def cause(watch: Watcher, tail: list[str]) -> str:
+    """Why a build failed, in a few words: pip's refusal, else the compiler's first error and
+    the backend's verdict, else the last lines of the log (BuildKit's own lines shortened)."""
+    refused = watch.one_line()
+    if refused:
+        return refused
+    found = [c for c in (watch.diagnostic, watch.verdict) if c]
+    if found:
+        return "; ".join(found)
+    lines = [t.strip()[:CAUSE_WIDTH] for t in tail if t.strip()]
+    return " | ".join(lines[-4:]) or "no output"
+
+
+# ----------------------------------------------------------------------------- the log files
+KEEP_SECONDS = 14 * 24 * 3600  # failed builds' logs older than this are removed
+
+
+def logs_dir() -> Path:
+    from mtpimage import settings
+
+    return settings.current().cache_root / "logs"
+
+
+def new_log(what: str) -> Path:
+    """A fresh log file's path for one build (`what`: its target stage, or "image")."""
+    d = logs_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in d.glob("*.log"):
+        try:
+            if now - old.stat().st_mtime > KEEP_SECONDS:
+                old.unlink()
+        except OSError:
+            pass
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", what)
+    fd, path = tempfile.mkstemp(prefix=f"{stamp}-{safe}-", suffix=".log", dir=d)
+    os.close(fd)
+    return Path(path)
+
+
+def failure(watch: Watcher, tail: list[str], log: Path | None, target: str | None) -> str:
+    """The BuildFailed line: the stage, the cause, then where the whole log is (pip's refusal
+    of a changed file is whole in itself: its line alone)."""
+    refused = watch.one_line()
+    if refused:
+        return refused
+    where = f"build of stage {target} failed" if target else "build failed"
+    text = f"{where}: {cause(watch, tail)}"
+    return text + (f" (full log: {log})" if log is not None else "")

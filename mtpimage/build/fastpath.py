@@ -165,7 +165,8 @@ def lookup(argv: list[str]) -> tuple[list | None, str | None]:
         return None, None
     try:
         k = key(opts)
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: Python < 3.13's Path.resolve() on a symlink loop
+        _trace("miss (an input cannot be read: the full run says which)")
         return None, None
     try:
         memo = json.loads(_memo_file(k).read_text(encoding="utf-8"))

@@ -186,11 +186,20 @@ def build_request(
 def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:
     """The compiled extensions' wheels, from the wheel cache or built once per key in their
     builder stages (same secrets and builder as the image build); see extbuild.py."""
-    from mtpimage.build.buildctx import build_context
     from mtpimage.ext import extbuild, extensions
 
     if not extensions.built(plan):
         return {}
+    context_for, request_for = extension_builder(rendered, options, say)
+    return extbuild.ensure_wheels(
+        rendered, context_for, request_for, say, jobs=extbuild.max_jobs(plan.ext_max_jobs)
+    )
+
+
+def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say):
+    """(context_for(name), request_for(context, target, out_dir, build_args)): how extbuild
+    runs one extension's builder stage, on this run's engine, secrets and builder."""
+    from mtpimage.build.buildctx import build_context
 
     def context_for(name: str) -> bytes:
         return build_context(rendered, progress=say, only_extension=name)
@@ -208,12 +217,11 @@ def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say:
                 output_dir=out_dir,
                 build_args=tuple(build_args),
                 network="host",  # the compile cache is served on the host's loopback
+                no_cache=options.no_cache,
             )
         )
 
-    return extbuild.ensure_wheels(
-        rendered, context_for, request_for, say, jobs=extbuild.max_jobs(plan.ext_max_jobs)
-    )
+    return context_for, request_for
 
 
 def extension_labels(wheels: dict) -> dict[str, str]:

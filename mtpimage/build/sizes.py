@@ -1,7 +1,9 @@
 """Per-layer size table after each build, and the optional size budget of a profile.
 
 `after_build(plan, image_id, say)` prints one row per layer of the built image (bytes as
-stored locally, uncompressed, from the engine's layer history), the total, and the profile's
+stored locally, uncompressed, from the engine's layer history: dockerd's for the docker
+engine; for the reproducible engine its OCI layout's, each layer's tar as pushed, so a layer
+that holds only directories still has its row), the total, and the profile's
 `size_budget_gb` when it has one; it raises SizeBudgetExceeded (exit 1) when the image
 is larger than the budget, so a too-big image is never tagged or pushed.
 """
@@ -46,6 +48,12 @@ def _short(created_by: str, width: int = 64) -> str:
     files = re.findall(r"-r /tmp/mtp-build/requirements/(\S+?)-\w+\.txt", text)
     if files:  # a locked layer's PyPI dependencies
         return f"RUN install {files[0]} dependencies"
+    # buildah's form of a RUN: `|2 K=V K=V /bin/sh -c --mount=... --mount=... COMMAND`
+    buildah_run = re.match(
+        r"^(?:\|\d+ (?:\S+=\S* )*)?/bin/sh -c (?!#\(nop\) )((?:--mount=\S+\s+)*)(.*)$", text
+    )
+    if buildah_run and (text.startswith("|") or buildah_run.group(1)):
+        text = "RUN " + buildah_run.group(2)
     for prefix in ("/bin/sh -c #(nop) ", "/bin/sh -c "):
         if text.startswith(prefix):
             text = text[len(prefix) :]

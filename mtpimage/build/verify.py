@@ -1,6 +1,7 @@
 """`verify`: is a published image bit for bit what this lock builds?
 
     published image (registry) --manifest, config--> plan match? --no--> PlanMismatch (exit 1)
+    every layer blob --download, decompress--> its config's diff ID? --no--> NotDescribed (exit 1)
     plan --render, clean rebuild (engine.reproducible())--> normalised OCI layout
     compare: every layer (diff ID and manifest digest), the config, the manifest
 
@@ -39,6 +40,7 @@ PROVENANCE = (
 )
 MAX_CONFIG = 16 << 20
 MAX_FILES = 8  # files named per differing layer
+ON_TOP = "a layer on top of the image this lock builds (docker commit, or another tool, after the build)"
 
 
 class NotIdentical(BuilderError):
@@ -47,6 +49,31 @@ class NotIdentical(BuilderError):
 
 class PlanMismatch(BuilderError):
     exit_code = EXIT_RULES
+
+
+class NotDescribed(BuilderError):
+    """The registry's manifest names layer blobs that are not the layers its config lists:
+    what a pull installs is not the image the config (labels, diff IDs) describes. Found
+    before anything is rebuilt; `details` are the report lines (the layers, their files)."""
+
+    exit_code = EXIT_RULES
+
+    def __init__(self, message: str, details: list[str]):
+        self.details = details
+        super().__init__(message)
+
+
+@dataclass
+class BlobCheck:
+    index: int  # 1-based, as the report counts layers
+    blob: str  # the digest the manifest names
+    unpacked: str  # the sha256 of the blob's uncompressed tar
+    diff_id: str  # what the config's rootfs.diff_ids say at the same index
+    files: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return self.unpacked == self.diff_id
 
 
 @dataclass
@@ -157,6 +184,88 @@ def check_plan(config: dict, plan: Plan, identity: str, ref: str) -> None:
     )
 
 
+def check_blobs(
+    client: RegistryClient, ref: ImageRef, digest: str, manifest: dict, config: dict, tmp: Path, say: Say
+) -> None:
+    """Each layer blob the manifest names must unpack to the config's diff ID at its index
+    (what `docker pull` and `buildah pull` do not all check): else NotDescribed, before the
+    rebuild. Every blob is downloaded once and hashed as it streams; a mismatching one is kept
+    and compared with the layer its config names, where the registry still has that one."""
+    pinned = str(ref.pinned(digest))
+    descs = manifest.get("layers") or []
+    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    if len(descs) != len(diff_ids):
+        raise NotDescribed(
+            f"--image {pinned}: the image in the registry is not the one its config describes: its "
+            f"manifest names {len(descs)} layers, its config's rootfs.diff_ids {len(diff_ids)} (fix: "
+            "the manifest was changed after the build; do not use this image, push it again from a build)",
+            [],
+        )
+    say(f"verify  checking that the {len(descs)} layer blobs are the layers the config lists")
+    bad: list[BlobCheck] = []
+    for i, (desc, diff_id) in enumerate(zip(descs, diff_ids), 1):
+        with open(tmp / "blob", "w+b") as keep:
+            try:
+                sink = ocilayout.UncompressedDigest(desc.get("mediaType", ""), keep)
+            except ValueError as exc:
+                raise NotDescribed(
+                    f"--image {pinned}: layer {i}: {exc}: verify cannot check it against the config's "
+                    f"diff ID (fix: push the image with --engine buildah, which writes uncompressed tars)",
+                    [],
+                ) from None
+            got, _size = client.fetch_blob(ref.path, desc["digest"], sink, 1 << 42)
+            if got != desc["digest"]:
+                raise EnvironmentProblem(
+                    f"registry {ref.host} served blob {got} when asked for {desc['digest']} (layer {i} of "
+                    f"{pinned}) (fix: use another registry)"
+                )
+            check = BlobCheck(i, desc["digest"], sink.digest(), diff_id)
+            if not check.same:
+                check.files = _against_original(client, ref, check, keep, tmp)
+                bad.append(check)
+    if not bad:
+        return
+    details = []
+    for c in bad:
+        details.append(
+            f"layer {c.index:>2}/{len(descs)}  NOT DESCRIBED  blob {c.blob[:19]} unpacks to "
+            f"{c.unpacked[:19]}, the config says {c.diff_id[:19]}"
+        )
+        details += [f"    {p}: {w}: {r}" for p, w, r in c.files[:MAX_FILES]]
+        if len(c.files) > MAX_FILES:
+            details.append(f"    ... {len(c.files) - MAX_FILES} more files")
+    first = bad[0]
+    files = ", ".join(f"{p} ({w})" for p, w, _ in first.files[:3])
+    raise NotDescribed(
+        f"--image {pinned}: the image in the registry is not the one its config describes: layer "
+        f"{first.index} (blob {first.blob}) unpacks to {first.unpacked}, but the config's diff ID "
+        f"for layer {first.index} is {first.diff_id}"
+        + (f"; files: {files}" if files else "")
+        + (f"; {len(bad)} such layers" if len(bad) > 1 else "")
+        + " (fix: a layer blob was swapped after the build; do not use this image, push it again "
+        "from a build); nothing was rebuilt",
+        details,
+    )
+
+
+def _against_original(client, ref: ImageRef, check: BlobCheck, blob, tmp: Path) -> list[tuple[str, str, str]]:
+    """The files of a swapped blob that differ from the layer its config names, when the
+    registry still holds that layer uncompressed (blobs are addressed by content: it is the
+    original); [] when it does not."""
+    if not client.blob_exists(ref.path, check.diff_id):
+        return []
+    with open(tmp / "original", "w+b") as f:
+        got, _ = client.fetch_blob(ref.path, check.diff_id, f, 1 << 42)
+        if got != check.diff_id:
+            return []
+        f.seek(0)
+        blob.seek(0)
+        return [
+            (path, what.replace("the rebuild", "the config's layer"), reason)
+            for path, what, reason in explain(blob, f, "swapped")
+        ]
+
+
 def run(
     manifests_root: Path, plan: Plan, image: str, options: BuildOptions, say: Say, scratch: Path | None = None
 ) -> Report:
@@ -169,6 +278,7 @@ def run(
         tmpdir = Path(tmp)
         digest, manifest, config = published(client, ref, tmpdir)
         check_plan(config, plan, rendered.identity, str(ref))
+        check_blobs(client, ref, digest, manifest, config, tmpdir, say)
         say(f"verify  {ref.pinned(digest)}: rebuilding {rendered.identity} on a clean builder")
         labels = (config.get("config") or {}).get("Labels") or {}
         keep = {k: labels[k] for k in PROVENANCE if k in labels}
@@ -184,22 +294,37 @@ def compare(client, ref: ImageRef, digest: str, manifest: dict, config: dict, la
     theirs = list((config.get("rootfs") or {}).get("diff_ids") or [])
     names = instructions(config)
     rows = []
+    lower = None  # the rebuild's file system, for layers on top of it
     for i, diff_id in enumerate(theirs):
         row = LayerResult(
             i + 1, names[i] if i < len(names) else "?", diff_id, mine[i] if i < len(mine) else None
         )
-        if not row.same and row.rebuilt is not None:
+        if not row.same:
             with open(tmp / "layer", "w+b") as f:
                 blob = manifest["layers"][i]["digest"]
-                client.fetch_blob(ref.path, blob, f, 1 << 40)
+                client.fetch_blob(ref.path, blob, f, 1 << 42)
                 f.seek(0)
-                with open(layout.blob(layout.manifest["layers"][i]["digest"]), "rb") as g:
-                    row.files = explain(f, g, row.instruction)
+                if row.rebuilt is not None:
+                    with open(layout.blob(layout.manifest["layers"][i]["digest"]), "rb") as g:
+                        row.files = explain(f, g, row.instruction)
+                else:  # a layer on top of everything the lock builds (docker commit, ...)
+                    if lower is None:
+                        lower = ocilayout.merged(
+                            [_members(layout.blob(d["digest"])) for d in layout.manifest["layers"]]
+                        )
+                    top = ocilayout.members(f)
+                    row.files = [(path, what, ON_TOP) for path, what in ocilayout.changes(lower, top)]
+                    lower = ocilayout.merged([lower, top])
         rows.append(row)
     config_same = manifest["config"]["digest"] == layout.image_id
     return Report(
         str(ref.pinned(digest)), digest, layout.digest, config_same, rows, max(0, len(mine) - len(theirs))
     )
+
+
+def _members(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return ocilayout.members(f)
 
 
 # ----------------------------------------------------------------------------- output
@@ -233,7 +358,9 @@ def verdict(report: Report) -> None:
     bad = [r for r in report.layers if not r.same]
     if bad:
         first = bad[0]
-        files = ", ".join(f"{p} ({w})" for p, w, _ in first.files[:3]) or "layer missing from the rebuild"
+        files = ", ".join(f"{p} ({w})" for p, w, _ in first.files[:3]) or "no file differs"
+        if first.rebuilt is None:
+            files = f"not in the rebuild, on top of it: {files}"
         what = f"{len(bad)} of {len(report.layers)} layers differ; first: layer {first.index} ({first.instruction[:40]}): {files}"
     elif report.extra_layers:
         what = f"the rebuild has {report.extra_layers} more layers"

@@ -29,7 +29,12 @@ def cmd_verify(args) -> int:
     def progress(msg: str) -> None:  # the rebuild's own progress goes to stderr
         print(msg, file=sys.stderr, flush=True)
 
-    report = verify.run(m.root, plan, args.image, build_options(args), progress)
+    try:
+        report = verify.run(m.root, plan, args.image, build_options(args), progress)
+    except verify.NotDescribed as exc:  # the layers it names, then the one error line
+        for line in exc.details:
+            _say(line)
+        raise
     for line in verify.lines(report):
         _say(line)
     verify.verdict(report)

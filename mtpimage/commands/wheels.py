@@ -5,12 +5,17 @@
   python build.py wheels pull --registry HOST[:PORT]/NAMESPACE KEY ... [--json]
   python build.py wheels remove KEY ...
   python build.py wheels add --profile P --package NAME --sha256 HEX FILE.whl
+  python build.py wheels pin --profile P [--package NAME]
+  python build.py wheels verify KEY [--profile P]
+Wheels are checked against their pins in manifests/wheels.lock.yaml (ext/wheelpins.py): `add`
+and `pin` write them, `pull` refuses any other bytes, `verify` rebuilds a key and compares.
 KEY may be a unique prefix (8+ hex digits) of a key, as `list` prints it. The registry
 repository is NAMESPACE/ext-wheels, one tag per key.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -44,7 +49,36 @@ def register(subparsers, add_common) -> None:
         sp.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
         sp.add_argument("keys", nargs="*" if name == "push" else "+", metavar="KEY")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "pull":  # the pins it checks against live with the manifests
+            sp.add_argument(
+                "--manifests",
+                type=Path,
+                default=argparse.SUPPRESS,  # else it would hide a --manifests given before `wheels`
+                help="manifests directory (its wheels.lock.yaml; default: the checkout's manifests/)",
+            )
         sp.set_defaults(func=cmd_push if name == "push" else cmd_pull)
+
+    sp = subs.add_parser(
+        "pin",
+        help="pin the sha256 of the profile's cached extension wheels in manifests/wheels.lock.yaml",
+        description="After a first build (or `wheels pull`) and its review: record each cached wheel of "
+        "the profile's keys in wheels.lock.yaml, so builds, pulls and shares refuse any other bytes.",
+    )
+    add_common(sp)
+    sp.add_argument("--profile", required=True, metavar="P")
+    sp.add_argument("--package", metavar="NAME", help="only this compiled package")
+    sp.set_defaults(func=cmd_pin)
+
+    sp = subs.add_parser(
+        "verify",
+        help="rebuild a key's wheel (no cache) and compare it with its pin and its cache entry",
+    )
+    add_common(sp)
+    sp.add_argument("key", metavar="KEY")
+    sp.add_argument("--profile", metavar="P", help="the profile whose plan has KEY (default: look in all)")
+    sp.add_argument("--ca-bundle", type=Path, metavar="PATH", help="CA bundle for HTTPS inside the build")
+    sp.add_argument("--netrc", type=Path, metavar="PATH", help="netrc with index tokens for the build")
+    sp.set_defaults(func=cmd_verify)
 
     sp = subs.add_parser(
         "add",
@@ -178,25 +212,29 @@ def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[s
 
 
 def cmd_pull(args) -> int:
+    from mtpimage.ext import wheelpins
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.ext.wheelshare import pull, repository_for
+    from mtpimage.locations import DEFAULT_MANIFESTS
 
     repository = repository_for(args.registry)
     cache = WheelCache()
+    pins = wheelpins.load(getattr(args, "manifests", None) or DEFAULT_MANIFESTS)
     out, missing, tags = [], [], None
     keys = []
     for given in args.keys:  # every key resolved before anything is pulled
         key, tags = _remote_key(given, repository, tags)
         keys.append(key)
     for key in keys:
-        entry = pull(cache, key, repository)
+        entry = pull(cache, key, repository, pin=pins.get(key))
         if entry is None:
             missing.append(key)
             continue
-        out.append({"key": key, **_row(entry)})
+        out.append({"key": key, **_row(entry), "pinned": key in pins})
         if not args.json:
             print(
                 f"pulled {key[:KEY_WIDTH]}  {entry.filename}  sha256 {entry.sha256[:KEY_WIDTH]}  {entry.path}"
+                + ("" if key in pins else f"  (not pinned in {wheelpins.PINS_NAME})")
             )
     if args.json:
         print(json.dumps({"pulled": out, "missing": missing}, indent=2))
@@ -237,4 +275,65 @@ def cmd_add(args) -> int:
         )
     else:
         print(f"already there {entry.key[:KEY_WIDTH]}  {entry.filename}  sha256 {entry.sha256[:KEY_WIDTH]}")
+    return 0
+
+
+def cmd_pin(args) -> int:
+    from mtpimage.ext import wheelcheck
+    from mtpimage.ext.wheelcache import WheelCache
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+
+    m = load_for(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    done, path = wheelcheck.pin(m, plan, WheelCache(), args.package)
+    for p in done:
+        state = "pinned       " if p.added else "already there"
+        print(f"{state} {p.key[:KEY_WIDTH]}  {p.pin.name}  {p.pin.filename}  sha256 {p.pin.sha256}")
+    if any(p.added for p in done):
+        print(f"wrote {path}: review and commit it with the manifests")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from mtpimage.build.pipeline import BuildOptions, extension_builder
+    from mtpimage.ext import extbuild, wheelcheck
+    from mtpimage.ext.wheelcache import WheelCache
+    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+
+    m = load_for(args)
+    subs = substitutions_of(args)
+
+    def plan_of(manifests, name):
+        return plan_for(manifests, name, getattr(args, "sets", None), **subs)
+
+    profiles = [args.profile] if args.profile else m.names()
+    rendered, pkg, key = wheelcheck.locate(m, args.key, profiles, plan_of)
+    wheelcheck.something_to_compare(m.root, key, WheelCache())
+
+    def progress(msg: str) -> None:  # the build's own progress goes to stderr
+        print(msg, file=sys.stderr, flush=True)
+
+    options = BuildOptions(ca_bundle=args.ca_bundle, netrc=args.netrc, no_cache=True)
+    progress(
+        f"compile {pkg.name} {pkg.version} for key {key[:KEY_WIDTH]} ({rendered.plan.profile}), no cache"
+    )
+    builder = extension_builder(rendered, options, progress)
+    verdict = wheelcheck.rebuild(
+        rendered, pkg, key, builder, extbuild.max_jobs(rendered.plan.ext_max_jobs), WheelCache()
+    )
+    for line in verdict.lines():
+        print(line)
+    problem = verdict.problem()
+    if problem:
+        raise wheelcheck.WheelNotReproduced(problem)
+    print(
+        f"identical: the {pkg.name} wheel of key {key[:KEY_WIDTH]} rebuilds to its "
+        + (
+            "pin"
+            if verdict.pin
+            else "cache entry (not pinned yet: `wheels pin`)"
+            if verdict.cached
+            else "own bytes (nothing to compare with: not pinned, not cached)"
+        )
+    )
     return 0

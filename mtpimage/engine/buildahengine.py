@@ -4,8 +4,9 @@ Debian 12's docker 20.10 embeds a BuildKit without `rewrite-timestamp` or SOURCE
 handling, so its layers carry the build's file times. buildah (Debian 12: 1.28) builds the
 same rendered Dockerfile bit for bit when:
   - every build starts on a clean builder: a throwaway storage root (no layer cache; the
-    base is pulled by its digest into it), the context unpacked fresh (buildah's rw bind
-    mounts write through to the context directory);
+    base is pulled by its digest into it) at one fixed place, /var/tmp/mtp-image-builder-UID
+    (buildah 1.28's RUN mount targets leave traces that depend on where the root is), the
+    context unpacked fresh (buildah's rw bind mounts write through to the context directory);
   - `bud --format docker --timestamp 0 --layers --no-cache`: one layer per instruction as
     the Docker engine makes them, every file time and `created` at 0 (`--format docker`:
     the OCI format drops SHELL, and RUN would run without bash's pipefail);
@@ -35,7 +36,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, settings
+from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
 from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed, build_options
@@ -45,6 +46,7 @@ from mtpimage.errors import EnvironmentProblem, InputError
 # What makes a build reproducible; the README's "Reproducible builds" section explains each.
 BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
 BUILD_ARGS = (("SOURCE_DATE_EPOCH", "0"), ("PYTHONDONTWRITEBYTECODE", "1"))
+SCRATCH_PARENT = Path("/var/tmp")  # the storage roots' fixed place (BuildahEngine._scratch says why)
 
 
 @cache
@@ -70,6 +72,7 @@ class Storage:
         parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(parent)
         self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
+        janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
 
     def argv(self, *args: str) -> list[str]:
         cli, _ = buildah_cli()
@@ -183,6 +186,7 @@ class BuildahEngine(DockerEngine):
         if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
             return super().build(req, log_path, echo)
         with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
+            janitor.guard(Path(tmp))
             layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
             dest = self.layout_of(layout.image_id)
             if not dest.is_dir():
@@ -193,8 +197,15 @@ class BuildahEngine(DockerEngine):
         return layout.image_id
 
     def _scratch(self) -> Path:
-        path = settings.current().cache_root / "buildah"
-        path.mkdir(parents=True, exist_ok=True)
+        """Where the throwaway storage roots live: one fixed path on every machine, never under
+        MTP_CACHE_DIR. buildah 1.28 writes into a RUN step's layer, or not, depending on where its
+        storage root is: with the root under /tmp a created mount target (`/tmp/mtp-src/x`) stays
+        as an empty directory; under /opt, /srv or ~/.cache an existing one (`/var/cache/apt` of
+        the base) is whited out; under /var neither (seen with a three-line Dockerfile; it
+        follows the root's first path component, not the build's context or runroot). So the
+        root is under /var/tmp, the same for every user and cache location."""
+        path = SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return path
 
     def build_layout(
@@ -213,6 +224,8 @@ class BuildahEngine(DockerEngine):
                 _pull_base(store, ref)
             iidfile = store.root / "iid"
             watch = buildlog.Watcher()
+            own_log = log_path is None  # the tool's own log of this build: kept only when it fails
+            log_path = log_path or buildlog.new_log(req.target or "image")
             code, tail = _stream_build(
                 store.argv("bud", *self._bud_argv(req, iidfile), str(ctx)),
                 dict(os.environ),
@@ -222,9 +235,9 @@ class BuildahEngine(DockerEngine):
                 watch,
             )
             if code != 0:
-                raise BuildFailed(
-                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
-                )
+                raise BuildFailed(buildlog.failure(watch, tail, log_path, req.target))
+            if own_log:
+                log_path.unlink(missing_ok=True)
             built = iidfile.read_text().strip()
             proc = store.run("push", "--quiet", "--disable-compression", built, f"oci:{dest}")
             if proc.returncode != 0:
@@ -279,6 +292,21 @@ class BuildahEngine(DockerEngine):
         if super().image_id(layout.image_id) != layout.image_id:
             raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
 
+    def history(self, ref: str) -> list[tuple[int, str]]:
+        """(bytes, created_by) per history entry, from this engine's layout: a layer's size is
+        its uncompressed tar's, as pushed (dockerd counts file contents only, so a layer of
+        directories alone, such as the `os` layer where apt had nothing to do, showed as 0 and
+        lost its row); metadata entries 0."""
+        found = DockerEngine.image_id(self, ref)
+        if found is None or not self.layout_of(found).is_dir():
+            return super().history(ref)
+        layout = ocilayout.read(self.layout_of(found))
+        sizes = iter(d["size"] for d in layout.manifest["layers"])
+        return [
+            (0 if h.get("empty_layer") else next(sizes, 0), h.get("created_by", ""))
+            for h in layout.config.get("history", [])
+        ]
+
     def image_id(self, ref: str) -> str | None:
         """A local image counts only when this engine built it (its normalised layout is kept):
         an image of the same identity built by the Docker engine is not bit-for-bit this one."""
@@ -313,3 +341,10 @@ class BuildahEngine(DockerEngine):
             raise PushFailed(ref, str(exc), True, "push") from None
         except RegistryHTTPError as exc:
             raise PushFailed(ref, str(exc), exc.status >= 500 or exc.status == 429, "push") from None
+
+
+if __name__ == "__main__":  # `python -m mtpimage.engine.buildahengine remove-root PATH`: the janitor's
+    import sys
+
+    if sys.argv[1:2] == ["remove-root"] and len(sys.argv) == 3:
+        remove_root(Path(sys.argv[2]))

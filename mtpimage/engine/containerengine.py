@@ -15,6 +15,7 @@ tag name?") is dockersocket.quick_image_id, one standard-library request on the 
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,21 +60,31 @@ class PullFailed(EnvironmentProblem):
         super().__init__(f"pull of {ref} failed ({why}): {detail}")
 
 
+DETAIL_WIDTH = 300  # characters of a push tool's own message kept in the error line
+
+
 class PushFailed(EnvironmentProblem):
     """A push that failed; `transient` says whether another attempt may pass."""
 
     def __init__(self, ref: str, detail: str, transient: bool, tool: str = "docker push"):
-        self.stderr = detail.strip()[-300:]
+        text = " ".join(detail.split())
+        # a detail that is one of the tool's own errors brings its fix: that one, said once
+        own = re.search(r" \(fix: (.*)\)$", text)
+        if own:
+            text = text[: own.start()]
+        if len(text) > DETAIL_WIDTH:  # the end says why; cut at a word, never inside one
+            text = "... " + text[-DETAIL_WIDTH:].split(" ", 1)[-1]
+        self.stderr = text
         self.transient = transient
         host = ref.split("/")[0]
         fix = (
-            f"check that registry {host} runs and answers, then run again"
+            own.group(1)
+            if own
+            else f"check that registry {host} runs and answers, then run again"
             if transient
             else f"docker login {host} with a user that may push there, or use another --registry"
         )
-        super().__init__(
-            f"{tool} {ref} failed: {' '.join(self.stderr.split())} (fix: {fix}; no tag was moved)"
-        )
+        super().__init__(f"{tool} {ref} failed: {text} (fix: {fix}; no tag was moved)")
 
 
 class StartFailed(EnvironmentProblem):

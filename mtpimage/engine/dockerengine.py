@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, settings
+from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -311,17 +311,20 @@ class DockerEngine(ContainerEngine):
         env = dict(os.environ)
         if kit.mode == "builtin":
             env["DOCKER_BUILDKIT"] = "1"
+        own_log = log_path is None  # the tool's own log of this build: kept only when it fails
+        log_path = log_path or buildlog.new_log(req.target or "image")
         with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
+            janitor.guard(Path(tmp))  # a killed tool's `docker build` ends, and this goes, at once
             iidfile = Path(tmp) / "iid"
             watch = buildlog.Watcher()
             code, tail = _stream_build(
                 build_argv(kit, req, iidfile), env, req.context_tar, log_path, echo, watch
             )
             if code != 0:
-                # a file that changed under its locked URL, as one line; else the log's last lines
-                raise BuildFailed(
-                    watch.one_line() or "build failed: " + " | ".join(t for t in tail[-6:] if t.strip())
-                )
+                # a file that changed under its locked URL, or the cause; then where the log is
+                raise BuildFailed(buildlog.failure(watch, tail, log_path, req.target))
+            if own_log:
+                log_path.unlink(missing_ok=True)
             return "" if req.output_dir else iidfile.read_text().strip()
 
     def image_id(self, ref: str) -> str | None:

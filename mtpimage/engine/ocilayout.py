@@ -24,6 +24,7 @@ import io
 import json
 import os
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
+WHITEOUT, WHITEOUT_OPAQUE = ".wh.", ".wh..wh..opq"
 GZIP_TYPES = (
     "application/vnd.oci.image.layer.v1.tar+gzip",
     "application/vnd.docker.image.rootfs.diff.tar.gzip",
@@ -236,3 +239,91 @@ def differences(a: dict[str, Member], b: dict[str, Member]) -> list[tuple[str, s
         what = [f for f, u, v in zip(FIELDS, x, y, strict=True) if u != v]
         out.append((name, ", ".join(w for w in what if w != "size" or "content" not in what)))
     return sorted(out, key=lambda e: (not e[1].startswith(("content", "only")), e[0]))
+
+
+# ----------------------------------------------------------------------------- what a blob unpacks to
+class UncompressedDigest:
+    """A binary file object that hashes what is written to it after decompression: the layer's
+    diff ID, whatever the blob's media type (tar or gzip); optionally keeps the raw bytes in
+    `keep` (a file). `seek(0)`/`truncate()` start over, as a retried download does."""
+
+    def __init__(self, media_type: str, keep=None):
+        if media_type not in (OCI_LAYER, DOCKER_LAYER, *GZIP_TYPES):
+            raise ValueError(f"layer media type {media_type or '(none)'} is neither a tar nor a gzip tar")
+        self.gzip = media_type in GZIP_TYPES
+        self.keep = keep
+        self.seek(0)
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._hash = hashlib.sha256()
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.gzip else None
+        if self.keep is not None:
+            self.keep.seek(0)
+            self.keep.truncate()
+        return 0
+
+    def truncate(self, size: int | None = None) -> int:
+        return 0
+
+    def write(self, data: bytes) -> int:
+        n = len(data)
+        if self.keep is not None:
+            self.keep.write(data)
+        if self._z is None:
+            self._hash.update(data)
+            return n
+        while data:  # a gzip stream of several members: each one after the last
+            self._hash.update(self._z.decompress(data))
+            if not self._z.eof:
+                break
+            data = self._z.unused_data
+            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return n
+
+    def digest(self) -> str:
+        if self._z is not None:
+            self._hash.update(self._z.flush())
+        return "sha256:" + self._hash.hexdigest()
+
+
+def merged(layers: list[dict[str, Member]]) -> dict[str, Member]:
+    """The file system a stack of layers gives (lowest first), whiteouts applied."""
+    out: dict[str, Member] = {}
+    for layer in layers:
+        for name, member in layer.items():
+            parent, _, base = name.rpartition("/")
+            prefix = f"{parent}/" if parent else ""
+            if base == WHITEOUT_OPAQUE:
+                for old in [n for n in out if n.startswith(prefix) and n != parent]:
+                    del out[old]
+            elif base.startswith(WHITEOUT):
+                target = prefix + base[len(WHITEOUT) :]
+                for old in [n for n in out if n == target or n.startswith(target + "/")]:
+                    del out[old]
+            else:
+                out[name] = member
+    return out
+
+
+def changes(lower: dict[str, Member], layer: dict[str, Member]) -> list[tuple[str, str]]:
+    """(path, what) for each entry of `layer` on top of the file system `lower`: added,
+    changed (and which fields), removed (a whiteout), emptied (an opaque directory); what a
+    container would see first, then metadata, by path."""
+    out = []
+    for name, member in layer.items():
+        parent, _, base = name.rpartition("/")
+        prefix = f"{parent}/" if parent else ""
+        if base == WHITEOUT_OPAQUE:
+            out.append((parent or ".", "emptied (opaque directory)"))
+        elif base.startswith(WHITEOUT):
+            out.append((prefix + base[len(WHITEOUT) :], "removed"))
+        elif name not in lower:
+            out.append((name, "added"))
+        elif lower[name] != member:
+            what = [f for f, u, v in zip(FIELDS, lower[name], member, strict=True) if u != v]
+            what = sorted(
+                (w for w in what if w != "size" or "content" not in what), key=lambda w: w != "content"
+            )
+            out.append((name, "changed: " + ", ".join(what)))
+    seen = ("added", "removed", "emptied")
+    return sorted(out, key=lambda e: (not (e[1].startswith(seen) or "content" in e[1]), e[0]))

@@ -100,6 +100,23 @@ def share_repository() -> str | None:
     return settings.current().wheel_cache_repo
 
 
+def resolve_share(repo: str, say: Say) -> str:
+    """MTP_WHEEL_CACHE_REPO in either form: the repository itself (`REG/NS/NAME`), or the
+    `--registry` form that `wheels push`/`pull` take (`REG/NS`, whose repository is
+    `REG/NS/ext-wheels`). A name cannot tell them apart (the generated workflows share through
+    `REG/mtp-ext-wheels`), so the registry is asked, once, before anything compiles: a
+    repository that holds no tags while `REPO/ext-wheels` does was meant as the namespace."""
+    from mtpimage.ext.wheelshare import REPOSITORY, repository_tags
+
+    if repo.rstrip("/").endswith("/" + REPOSITORY) or repository_tags(repo):
+        return repo
+    under = f"{repo.rstrip('/')}/{REPOSITORY}"
+    if repository_tags(under):
+        say(f"share   MTP_WHEEL_CACHE_REPO={repo} names a namespace: its wheels are in {under} (using that)")
+        return under
+    return repo
+
+
 def max_jobs(plan_default: int) -> int:
     return settings.current().ext_max_jobs or plan_default
 
@@ -115,64 +132,99 @@ def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print
 
 
 def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack) -> dict:
-    from mtpimage.ext import ccacheserver
+    from mtpimage.ext import ccacheserver, wheelpins
+    from mtpimage.ext.wheelcache import file_sha256
 
     plan = rendered.plan
     cache = _cache()
     repo = share_repository()
+    asked = False  # the share's form is asked of the registry at the first local miss only
+    pins = wheelpins.load(rendered.manifests_root)
     remote: list[str] = []  # the compile cache's URL, served only while something compiles
     out: dict = {}
     for pkg, entry in zip(extensions.built(plan), rendered.extensions):
         key = entry["key"]
+        pin = pins.get(key)
         hit = cache.get(key)
+        if hit is not None:
+            wheelpins.check(
+                pins,
+                key,
+                hit.sha256,
+                f"wheel cache entry {cache.root / key}",
+                f"the cache's wheel is not the reviewed one: `build.py wheels remove {key[:12]}`, then "
+                "build or `wheels pull` it again",
+            )
         if hit is None and repo:
             from mtpimage.ext.wheelshare import pull
 
-            hit = pull(cache, key, repo)
+            if not asked:
+                repo, asked = resolve_share(repo, say), True
+            hit = pull(cache, key, repo, pin=pin)
             if hit is not None:
                 say(f"wheel   {pkg.name:<16} {hit.filename} from {repo} (key {key[:12]})")
         if hit is not None:
             say(f"wheel   {pkg.name:<16} {hit.filename} sha256 {hit.sha256[:12]} (cached, key {key[:12]})")
+            if pin is None:
+                say(wheelpins.unpinned_note(pkg.name, key, hit.sha256, plan.profile))
             out[pkg.name] = hit
             continue
         say(
             f"compile {pkg.name:<16} {pkg.version} from {extensions.origin(pkg)} (key {key[:12]}, {jobs} jobs)"
         )
-        context = context_for(pkg.name)
         if not remote:
             remote.append(stack.enter_context(ccacheserver.serve()))
-        t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="mtp-ext-") as tmp:
-            args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote[0]))
-            request_for(context, extensions.wheel_stage(pkg.name), Path(tmp), args)
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if len(wheels) != 1:
-                raise ExtensionBuildFailed(
-                    f"{pkg.name}: its builder stage left {len(wheels)} wheels, expected one "
-                    f"({', '.join(w.name for w in wheels) or 'none'})"
-                )
-            info_file = Path(tmp) / "build.json"
-            info = json.loads(info_file.read_text()) if info_file.is_file() else {}
-            meta = {
-                "inputs": _inputs(rendered, pkg),
-                "built_by": f"{platform.node()} ({os.cpu_count()} cores), BuildKit",
-                "built_at": int(time.time()),
-                "build_seconds": round(time.monotonic() - t0, 1),
-                "compile_seconds": info.get("seconds"),
-                "max_jobs": jobs,
-                "ccache": info.get("ccache", []),
-            }
-            hit = cache.put(key, wheels[0], meta)
+            wheel, meta = compile_wheel(rendered, pkg, context_for, request_for, jobs, remote[0], Path(tmp))
+            wheelpins.check(
+                pins,
+                key,
+                file_sha256(wheel),
+                f"the {pkg.name} wheel compiled here",
+                "its build is not reproducible from its key here, or the pin is wrong: find out which "
+                f"(`build.py wheels verify {key[:12]}` elsewhere) before changing {wheelpins.PINS_NAME}",
+            )
+            hit = cache.put(key, wheel, meta)
         say(
             f"wheel   {pkg.name:<16} {hit.filename} sha256 {hit.sha256[:12]} built in "
             f"{meta['build_seconds']:.0f}s (key {key[:12]})"
         )
+        if pin is None:
+            say(wheelpins.unpinned_note(pkg.name, key, hit.sha256, plan.profile))
         if repo:
             from mtpimage.ext.wheelshare import push
 
             say(f"share   {pkg.name:<16} {push(cache, key, repo, say=say)}")
         out[pkg.name] = hit
     return out
+
+
+def compile_wheel(
+    rendered: Rendered, pkg: Package, context_for, request_for, jobs: int, remote: str, tmp: Path
+) -> tuple[Path, dict]:
+    """Run `pkg`'s builder stage once into `tmp`: (the one wheel it left, its meta.json)."""
+    context = context_for(pkg.name)
+    t0 = time.monotonic()
+    args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote))
+    request_for(context, extensions.wheel_stage(pkg.name), tmp, args)
+    wheels = sorted(tmp.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ExtensionBuildFailed(
+            f"{pkg.name}: its builder stage left {len(wheels)} wheels, expected one "
+            f"({', '.join(w.name for w in wheels) or 'none'})"
+        )
+    info_file = tmp / "build.json"
+    info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+    meta = {
+        "inputs": _inputs(rendered, pkg),
+        "built_by": f"{platform.node()} ({os.cpu_count()} cores), BuildKit",
+        "built_at": int(time.time()),
+        "build_seconds": round(time.monotonic() - t0, 1),
+        "compile_seconds": info.get("seconds"),
+        "max_jobs": jobs,
+        "ccache": info.get("ccache", []),
+    }
+    return wheels[0], meta
 
 
 def _inputs(rendered: Rendered, pkg: Package) -> dict:

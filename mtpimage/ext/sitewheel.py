@@ -7,6 +7,8 @@ the sha256 the user states (the pin), the wheel IS the plan's package at the pla
 (its file name and its own METADATA), it is for the plan's Python, and it holds every
 compiled module the catalogue says the package `produces`. What it was compiled against
 cannot be checked from the file: that is the site's word, recorded as provided_by "site".
+The stated sha256 becomes the key's pin in manifests/wheels.lock.yaml (origin "site"), for
+review with the manifests; a key pinned to another wheel is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from packaging.version import Version
 
 from mtpimage.build.render import render
 from mtpimage.errors import InputError
-from mtpimage.ext import extensions
+from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, file_sha256, valid_filename
 from mtpimage.plan.model import Package, Plan
 
@@ -143,6 +145,16 @@ def add(
     recipe = dict(rendered.builders)[pkg.name]
     inputs = extensions.key_inputs(plan, pkg, recipe)
     key = extensions.key_of(inputs)
+    pins = wheelpins.load(m.root)
+    pinned = pins.get(key)
+    if pinned is not None and pinned.sha256 != sha256:
+        raise InputError(
+            "--sha256",
+            sha256,
+            f"key {key[:12]} ({pkg.name}) is pinned in {wheelpins.PINS_NAME} to {pinned.filename} sha256 "
+            f"{pinned.sha256} ({pinned.origin})",
+            "remove that pin in a reviewed commit to use the site's wheel instead",
+        )
     cache = cache or WheelCache()
     there = cache.get(key)
     if there is not None:
@@ -161,4 +173,8 @@ def add(
         "original_filename": path.name,
         "added_at": int(time.time()),
     }
-    return cache.put(key, path, meta), True
+    entry = cache.put(key, path, meta)
+    if key not in pins:  # the site stated the sha256: its pin, for review with the manifests
+        pins[key] = wheelpins.Pin(pkg.name, pkg.version, entry.filename, entry.sha256, "site")
+        wheelpins.write(m.root, pins)
+    return entry, True

@@ -28,6 +28,7 @@ from pathlib import Path
 from mtpimage import netpolicy
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, cache_key, check_key, valid_filename
+from mtpimage.ext.wheelpins import Pin, PinMismatch
 from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 from mtpimage.publish.registryclient import transient as _transient
@@ -70,6 +71,12 @@ def _parse(repository: str) -> tuple[RegistryClient, str, str]:
             f"for example 127.0.0.1:5000/mtp/{REPOSITORY}",
         )
     return RegistryClient(Registry(ref.host, "")), ref.path, ref.repository
+
+
+def repository_tags(repository: str) -> list[str]:
+    """The tags of a wheel repository ([] when it does not exist), under the network policy."""
+    client, path, _ = _parse(repository)
+    return _net(client.tags, path)
 
 
 def _net(fn, *args):
@@ -206,12 +213,22 @@ def push(cache: WheelCache, key: str, repository: str, say: Callable[[str], None
     return f"{ref}@{digest}"
 
 
-def pull(cache: WheelCache, key: str, repository: str) -> CachedWheel | None:
+def pull(cache: WheelCache, key: str, repository: str, pin: Pin | None = None) -> CachedWheel | None:
     """The wheel of `key`: from the local cache when there, else from the registry's artifact,
-    verified and put() into the cache. None when the registry has no artifact for the key."""
+    verified and put() into the cache. None when the registry has no artifact for the key.
+    `pin`: the key's reviewed wheel (wheelpins.py); any other wheel is refused (PinMismatch),
+    a registry's before its bytes are downloaded, whatever its config records."""
     check_key(key)
     local = cache.get(key)
     if local is not None:
+        if pin is not None and local.sha256 != pin.sha256:
+            raise PinMismatch(
+                f"wheel cache entry {cache.root / key}",
+                key,
+                local.sha256,
+                pin,
+                f"the cache's wheel is not the reviewed one: `build.py wheels remove {key[:12]}`, then pull it again",
+            )
         return local
     client, path, name = _parse(repository)
     got = _net(client.manifest, path, key, OCI_MANIFEST)
@@ -229,6 +246,15 @@ def pull(cache: WheelCache, key: str, repository: str) -> CachedWheel | None:
             ref, f"its config blob came as {digest} ({size} bytes), not {config_desc['digest']}"
         )
     meta = check_config(buf.getvalue(), key, layer, filename, ref)
+    if pin is not None and layer["digest"] != f"sha256:{pin.sha256}":
+        raise PinMismatch(
+            f"registry artifact {ref}",
+            key,
+            layer["digest"].split(":", 1)[1],
+            pin,
+            "the registry's copy is not the reviewed wheel: delete that tag and push the key again from "
+            "a machine whose wheel is the pin, or build it here",
+        )
     cache.root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".tmp-pull-", dir=cache.root) as tmp:
         wheel = Path(tmp) / filename

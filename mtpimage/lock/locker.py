@@ -488,8 +488,9 @@ def lock(
         moved=[mv.line() for mv in moves],
         profiles=len(plans),
         components=len(doc["components"]),
-        unverified=locker.unverified,
-        failures=locker.failures,
+        # each profile that builds a package checks its source again: say each finding once
+        unverified=list(dict.fromkeys(locker.unverified)),
+        failures=list(dict.fromkeys(locker.failures)),
         cutoff=cutoff["exclude_newer"],
         notes=notes + locker.notes,
         moves=moves,

@@ -64,6 +64,27 @@ def ca_bundle() -> str | None:
     return None
 
 
+TLS_REASON = "TLS failed"
+CA_FIX = (
+    "give the CA bundle that signs the index's certificate with MTP_CA_BUNDLE (or PIP_CERT, "
+    "REQUESTS_CA_BUNDLE, SSL_CERT_FILE)"
+)
+# what uv (rustls) and pip/OpenSSL say when no CA here vouches for a server's certificate
+_TLS_TEXT = re.compile(
+    r"(invalid peer certificate: [\w()]+|certificate verify failed[^)\]\n]*|UnknownIssuer|SSLError)", re.I
+)
+
+
+def tls_failure(text: str) -> str | None:
+    """`TLS failed (...)` with the failure's own words when `text` (uv's or pip's error) is a
+    certificate failure; None otherwise."""
+    m = _TLS_TEXT.search(text or "")
+    if not m:
+        return None
+    url = re.search(r"https://\S+?(?=[\s)]|$)", text)
+    return f"{TLS_REASON} ({m.group(1).strip()})" + (f" at {url.group(0)}" if url else "")
+
+
 class _Transient(Exception):
     pass
 
@@ -92,6 +113,10 @@ def probe_index(url: str, project: str) -> str | None:
         r = netpolicy.retrying(lambda exc: isinstance(exc, _Transient))(call)
     except _Transient as exc:
         return f"{target}: {exc}"
+    except requests.exceptions.SSLError as exc:
+        from mtpimage.publish.registryclient import network_reason
+
+        return f"{target}: {network_reason(exc)}"  # `TLS failed (certificate verify failed)`
     except requests.RequestException as exc:
         text = str(exc)
         m = re.search(r"(NameResolutionError|Failed to resolve|Connection refused|timed out)[^)]*", text)

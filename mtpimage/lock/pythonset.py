@@ -95,6 +95,11 @@ class PythonSets:
             )
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0
+            tls = pydeps.tls_failure(str(exc))
+            if tls:  # not the stack's fault: no set is recorded, nothing is written
+                raise pydeps.IndexUnreachable(
+                    f"python set {s.key} ({plan.profile}): an index cannot be read: {tls} (fix: {pydeps.CA_FIX})"
+                ) from None
             return self._failed_set(
                 s.key,
                 doc,
@@ -263,14 +268,20 @@ class PythonSets:
             s.requirements.append(f"{c.package}{extras}=={version}")
             s.stubs[c.package] = stub
         if hashless:
+            by_index: dict[str, list[str]] = {}  # one reason per index, said once
+            for what, idx in hashless:
+                by_index.setdefault(idx, []).append(what)
+            tls = any(pydeps.TLS_REASON in (s.reach[idx] or "") for idx in by_index)
             raise HashlessPackage(
                 "lock failed, manifests/lock.yaml left unchanged: "
                 + "; ".join(
-                    f"{what} from index {idx} ({s.indexes[idx]}) would install without a sha256: "
-                    f"the index does not answer ({s.reach[idx]})"
-                    for what, idx in hashless
+                    f"{', '.join(whats)} from index {idx} ({s.indexes[idx]}) would install without a "
+                    f"sha256: the index does not answer ({s.reach[idx]})"
+                    for idx, whats in by_index.items()
                 )
-                + " (fix: lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
+                + " (fix: "
+                + (pydeps.CA_FIX + "; or " if tls else "")
+                + "lock where the index answers, or mirror it with MTP_INDEX_REWRITE, or build "
                 "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
             )
 

@@ -90,8 +90,8 @@ def _describe(error: jsonschema.ValidationError) -> tuple[str, str | None]:
         return f"expected {words}; got {type(inst).__name__} {inst!r}", None
     if v == "pattern":
         desc = schema.get("description")
-        if desc:
-            return f"expected {desc}; got {inst!r}", None
+        if desc:  # `x-fix`: the schema's own word on how to write the value (not validated)
+            return f"expected {desc}; got {inst!r}", schema.get("x-fix")
         return f"got {inst!r}, which does not match {error.validator_value}", None
     if v == "not":
         return f"value {inst!r} is not allowed here (no '..', absolute paths or unsafe characters)", None

@@ -209,3 +209,42 @@ def test_an_sdist_that_changed_under_the_same_url_is_refused(world, first, tmp_p
     assert not re.search(r"^(wheel|build|built|tagged) ", proc.stdout, re.M)
     assert world["host"].docker("image", "inspect", f"mtp-verl:{identity}", check=False).returncode != 0
     assert WheelCache(tmp_path / "other-machine" / "ext-wheels").keys() == []
+
+
+def test_pin_then_verify_rebuilds_the_same_wheel_and_a_rewritten_entry_is_refused(world, first):
+    """Issue #35: `wheels pin` records the compiled wheel's sha256 in the manifests; `wheels
+    verify` compiles it again (no cache) to the same bytes; an entry whose wheel and meta.json
+    were both rewritten is named by `verify` and refused by the next build (exit 3)."""
+    key = first["entry"]["key"]
+    proc = world_cli(world, "wheels", "pin", "--profile", FIRST)
+    assert proc.returncode == 0 and f"pinned        {key[:12]}" in proc.stdout, proc.stdout + proc.stderr
+    proc = world_cli(world, "wheels", "verify", key[:12], "--profile", FIRST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "mtp_extension: building mtp-tiny-add" in proc.stderr  # it really compiled again
+    wheel = _cache(world).get(key)
+    assert f"rebuilt  {NAME} key {key[:12]}: sha256 {wheel.sha256}" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("identical: ")
+
+    entry_dir = wheel.path.parent
+    saved = {p.name: p.read_bytes() for p in entry_dir.iterdir()}
+    try:
+        other = tiny_ext.write_sdist(Path(world["manifests"]).parent / "evil")  # any other bytes
+        wheel.path.write_bytes(other.read_bytes())
+        meta = json.loads((entry_dir / "meta.json").read_text())
+        meta.update(sha256=hashlib.sha256(other.read_bytes()).hexdigest(), size=other.stat().st_size)
+        (entry_dir / "meta.json").write_text(json.dumps(meta))
+        proc = world_cli(world, "wheels", "verify", key[:12], "--profile", FIRST)
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert (
+            len(errors) == 1 and f"wheel cache entry {key[:12]}" in errors[0] and meta["sha256"] in errors[0]
+        )
+        proc = world_cli(world, "--profile", SECOND)
+        assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"wheels.lock.yaml pins {wheel.sha256}" in errors[0], proc.stderr[-2000:]
+        assert not re.search(r"^(built|tagged) ", proc.stdout, re.M)
+    finally:
+        for name, data in saved.items():
+            (entry_dir / name).write_bytes(data)
+        (Path(world["manifests"]) / "wheels.lock.yaml").unlink(missing_ok=True)

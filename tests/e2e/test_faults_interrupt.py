@@ -303,3 +303,66 @@ def test_sigint_during_lock_leaves_lock_yaml_and_no_half_fetched_cache(world, tm
         p for p in (cache / "git").glob("*/*") if not (p / ".git").is_dir()
     ]
     assert half == [], f"half-fetched cache entries left: {half}"
+
+
+def test_sigkill_during_a_build_leaves_no_process_and_no_temp_dir(world):
+    """SIGKILL runs no handler: the janitor the build's temp directory started ends the
+    `docker build` the tool left and removes its TMPDIR/mtp-build-* (issue #35), without
+    waiting for the next build."""
+    identity = _identity(world)
+    _forget(world, identity)
+    before_tmp = _tool_temp(world)
+    children: set[int] = set()
+    proc = _popen(world, "--profile", PROFILE, "--no-cache")
+
+    def building() -> bool:
+        children.update(_descendants(proc.pid))
+        return any("build" in _cmdline(pid) for pid in children)
+
+    _interrupt_when(proc, "build   ", then=building, send=lambda p: os.kill(p.pid, signal.SIGKILL))
+    assert proc.returncode == -signal.SIGKILL
+    assert children, "the build started no process"
+    for _ in range(600):  # the janitor looks every 0.2 s; a child gets SIGTERM, then SIGKILL
+        left = {
+            pid: _cmdline(pid) for pid in children if _alive(pid) and "mtpimage.janitor" not in _cmdline(pid)
+        }
+        if not left and _tool_temp(world) == before_tmp:
+            break
+        time.sleep(0.1)
+    assert not left, f"the build outlived the killed tool: {left}"
+    assert _tool_temp(world) == before_tmp
+
+
+@pytest.mark.skipif(
+    shutil.which("buildah") is None, reason="buildah not installed (scripts/setup-test-host.sh)"
+)
+def test_sigkill_during_a_reproducible_build_leaves_no_storage_root_or_mount(world):
+    """The buildah engine's throwaway storage root (and its overlay mounts) of a killed tool
+    are gone as soon as its buildah ends, not at the next build."""
+    from mtpimage.engine import buildahengine
+
+    env = {**world["env"], "MTP_ENGINE": "buildah", "MTP_FASTPATH": "0"}
+    proc = _popen({**world, "env": env}, "--profile", PROFILE)
+    scratch = buildahengine.SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
+
+    def roots() -> list[Path]:
+        return sorted(scratch.glob(f"root-{proc.pid}-*")) if scratch.is_dir() else []
+
+    seen: list[Path] = []
+
+    def building() -> bool:
+        seen.extend(r for r in roots() if (r / "storage").is_dir())
+        return bool(seen)
+
+    _interrupt_when(proc, "build   ", then=building, send=lambda p: os.kill(p.pid, signal.SIGKILL))
+    assert proc.returncode == -signal.SIGKILL
+    assert seen, "killed before buildah had a storage root: nothing was tested"
+    mounts = []
+    for _ in range(900):
+        mounts = [
+            line for line in Path("/proc/mounts").read_text().splitlines() if f"/root-{proc.pid}-" in line
+        ]
+        if not roots() and not mounts:
+            break
+        time.sleep(0.1)
+    assert not roots() and not mounts, (roots(), mounts)

@@ -308,3 +308,96 @@ def test_concurrent_lock_runs_are_serialised(private_git_world, fast_net, tmp_pa
     assert set(doc["profiles"]) == {PROFILE, other}
     assert (m / "lock.yaml").read_bytes() == (seq / "lock.yaml").read_bytes()
     assert not list(m.glob(".lock*")), "a temporary lock file was left next to lock.yaml"
+
+
+@pytest.fixture
+def tls_index(http_server, tmp_path):
+    """The stand-in index's files over HTTPS with a self-signed certificate: a certificate no
+    CA setting here vouches for (a proxy that intercepts TLS, a private index)."""
+    import functools
+    import ssl
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+        + ["-days", "2", "-subj", "/CN=127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(http_server.root))
+    handler.log_message = lambda *a: None
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{srv.server_address[1]}/simple"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_an_index_behind_a_bad_certificate_names_tls_and_writes_nothing(
+    private_git_world, fast_net, tmp_path, http_server, monkeypatch, capsys, tls_index
+):
+    from tests.fixtures.lock_fixtures import PYPI, PYTORCH, UNREACHABLE, WHEELHOUSE
+
+    m = standin_manifests(tmp_path / "m", private_git_world.repos, serve_index(http_server, monkeypatch))
+    monkeypatch.setenv(
+        "MTP_INDEX_REWRITE", f"{PYPI}={tls_index};{PYTORCH}={UNREACHABLE};{WHEELHOUSE}={UNREACHABLE}"
+    )
+    for var in ("MTP_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    code = cli.main(["lock", "--manifests", str(m), "--profile", PROFILE])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "TLS" in errors[0] and "certificate" in errors[0] and "MTP_CA_BUNDLE" in errors[0], errors[0]
+    assert "lock.yaml left unchanged" in errors[0] and "does not resolve" not in err
+    assert not (m / "lock.yaml").exists() and "wrote " not in out
+
+
+def test_a_bad_certificate_only_uv_meets_names_tls_and_writes_nothing(
+    private_git_world, fast_net, tmp_path, http_server, monkeypatch, capsys, tls_index
+):
+    """The tester's case: the index probe passed (here: made to), uv's resolution meets the
+    certificate: one line naming TLS and the CA setting, not "the stack does not resolve"
+    with a lock.yaml of 0 packages written."""
+    from mtpimage.lock import pydeps
+    from tests.fixtures.lock_fixtures import PYPI, PYTORCH, UNREACHABLE, WHEELHOUSE
+
+    m = standin_manifests(tmp_path / "m", private_git_world.repos, serve_index(http_server, monkeypatch))
+    monkeypatch.setenv(
+        "MTP_INDEX_REWRITE", f"{PYPI}={tls_index};{PYTORCH}={UNREACHABLE};{WHEELHOUSE}={UNREACHABLE}"
+    )
+    for var in ("MTP_CA_BUNDLE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(pydeps, "probe_index", lambda url, project: None)
+    code = cli.main(["lock", "--manifests", str(m), "--profile", PROFILE])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "TLS failed (invalid peer certificate" in errors[0], err
+    assert "MTP_CA_BUNDLE" in errors[0] and "lock.yaml left unchanged" in errors[0]
+    assert "does not resolve" not in out + err
+    assert not (m / "lock.yaml").exists() and "wrote " not in out
+
+
+def test_lock_lists_each_unverified_item_once(
+    private_git_world, fast_net, tmp_path, http_server, monkeypatch, capsys
+):
+    """A compiled extension's sdist that the (stand-in) index does not list is unverified in
+    every profile that builds it: one line, not one per profile."""
+    m = standin_manifests(tmp_path / "m", private_git_world.repos, serve_index(http_server, monkeypatch))
+    assert cli.main(["lock", "--manifests", str(m)]) in (0, 1)
+    out, err = capsys.readouterr()
+    listed = [
+        line
+        for line in out.split("NOT verified from this machine", 1)[1].splitlines()
+        if line.startswith("  - ")
+    ]
+    assert any("flash-attn: source flash_attn-" in line for line in listed), out  # the case this is about
+    assert len(listed) == len(set(listed)), "\n".join(listed)
+    assert f"{len(listed)} item(s) NOT verified" in out

@@ -9,17 +9,23 @@ is not the image's plan, each end with one error line and exit 1.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
+import tempfile
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
-from tests.fixtures.image_fixtures import image_world, world_cli
+from tests.fixtures.image_fixtures import REPO, image_world, world_cli
 
 pytestmark = [
     pytest.mark.timeout(1800),
@@ -80,12 +86,15 @@ def _upload(base: str, data: bytes) -> str:
     return digest
 
 
-def _tamper(host: str, ns: str, tag: str) -> tuple[str, str]:
-    """Change one file of the verl layer and push the image again under the same tag, as an
-    attacker with push rights would; -> (the file changed, the new digest)."""
+def _image(host: str, ns: str, tag: str) -> tuple[str, dict, dict]:
     base = f"http://{host}/v2/{ns}/mtp-verl"
     manifest = json.loads(_http(f"{base}/manifests/{tag}", headers={"Accept": OCI_MANIFEST})[0])
     config = json.loads(_http(f"{base}/blobs/{manifest['config']['digest']}")[0])
+    return base, manifest, config
+
+
+def _verl_tampered(base: str, manifest: dict) -> tuple[int, bytes, str]:
+    """(index of the verl layer, that layer with verl/__init__.py changed, the file's path)."""
     index = len(manifest["layers"]) - 2  # the verl layer, below the mode layer
     layer = _http(f"{base}/blobs/{manifest['layers'][index]['digest']}")[0]
     out, changed = io.BytesIO(), None
@@ -100,15 +109,26 @@ def _tamper(host: str, ns: str, tag: str) -> tuple[str, str]:
                 m.size, changed = len(data), m.name
             dst.addfile(m, io.BytesIO(data) if data is not None else None)
     assert changed, "no verl/__init__.py in the layer"
-    new = out.getvalue()
+    return index, out.getvalue(), changed.lstrip("./")
+
+
+def _put(base: str, tag: str, manifest: dict) -> str:
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    _http(f"{base}/manifests/{tag}", body, "PUT", {"Content-Type": OCI_MANIFEST})
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def _tamper(host: str, ns: str, tag: str) -> tuple[str, str]:
+    """Change one file of the verl layer and push the image again under the same tag, as an
+    attacker with push rights would; -> (the file changed, the new digest)."""
+    base, manifest, config = _image(host, ns, tag)
+    index, new, changed = _verl_tampered(base, manifest)
     digest = _upload(base, new)
     config["rootfs"]["diff_ids"][index] = digest
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
     manifest["layers"][index].update(digest=digest, size=len(new))
-    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-    _http(f"{base}/manifests/{tag}", body, "PUT", {"Content-Type": OCI_MANIFEST})
-    return changed.lstrip("./"), "sha256:" + hashlib.sha256(body).hexdigest()
+    return changed, _put(base, tag, manifest)
 
 
 def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published, tmp_path):
@@ -152,3 +172,131 @@ def test_verify_refuses_an_image_of_another_plan(world, published):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "built from test-detach-" in errors[0] and "nothing was rebuilt" in errors[0]
     assert "layer " not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def _ns_tag(summary: dict) -> tuple[str, str]:
+    return summary["references"][0].split("/", 1)[1].split("/mtp-verl:")
+
+
+def test_verify_refuses_a_swapped_layer_blob_under_an_untouched_config(world, published):
+    """The manifest names another blob for the verl layer; config and diff IDs untouched (a
+    pull of such an image installs the tampered file): refused as such, nothing rebuilt."""
+    host = world["host"].registry
+    ns, tag = _ns_tag(published)
+    base, manifest, config = _image(host, ns, tag)
+    index, new, changed = _verl_tampered(base, manifest)
+    blob = gzip.compress(new, mtime=0)
+    manifest["layers"][index] = {
+        "digest": _upload(base, blob),
+        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+        "size": len(blob),
+    }
+    _put(base, "swapped", manifest)
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", f"{host}/{ns}/mtp-verl:swapped")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "the image in the registry is not the one its config describes" in errors[0]
+    assert f"layer {index + 1} (blob {manifest['layers'][index]['digest']}) unpacks to" in errors[0]
+    assert "sha256:" + hashlib.sha256(new).hexdigest() in errors[0]
+    assert config["rootfs"]["diff_ids"][index] in errors[0] and f"{changed} (content)" in errors[0]
+    assert "rebuilding" not in proc.stderr and "Traceback" not in proc.stderr
+    assert f"    {changed}: content" in proc.stdout, proc.stdout
+
+
+def test_verify_names_the_files_of_a_layer_added_on_top(world, published):
+    """What `docker run` + `docker commit` + push under the same tag make: a gzip layer on
+    top that changes a file, adds one and removes one; verify names each."""
+    host = world["host"].registry
+    ns, tag = _ns_tag(published)
+    base, manifest, config = _image(host, ns, tag)
+    _, tampered, changed = _verl_tampered(base, manifest)
+    with tarfile.open(fileobj=io.BytesIO(tampered)) as src:
+        files = {m.name.lstrip("./"): m for m in src if m.isfile()}
+        data = src.extractfile(files[changed]).read()
+    gone = next(p for p in sorted(files) if p != changed and "/" in p)  # another file of the layer
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        parent, _, name = gone.rpartition("/")
+        whiteout = f"{parent}/.wh.{name}"
+        for path, content in (
+            (changed, data),
+            ("usr/local/bin/evil", b"#!/bin/sh\n"),
+            (whiteout, b""),
+        ):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(content), 0o755
+            tar.addfile(info, io.BytesIO(content))
+    layer = out.getvalue()
+    blob = gzip.compress(layer, mtime=0)
+    manifest["layers"].append(
+        {
+            "digest": _upload(base, blob),
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "size": len(blob),
+        }
+    )
+    config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(layer).hexdigest())
+    config["history"].append({"created_by": "/bin/sh -c echo evil > /usr/local/bin/evil"})
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
+    _put(base, "ontop", manifest)
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", f"{host}/{ns}/mtp-verl:ontop")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    n = len(manifest["layers"])
+    assert f"layer {n:>2}/{n}  DIFFERS" in proc.stdout, proc.stdout
+    assert f"    {changed}: changed: content" in proc.stdout, proc.stdout
+    assert "    usr/local/bin/evil: added" in proc.stdout and f"    {gone}: removed" in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"layer {n} (echo evil" in errors[0], proc.stderr[-3000:]
+    assert "not in the rebuild, on top of it:" in errors[0] and "usr/local/bin/evil (added)" in errors[0]
+
+
+def _build_elsewhere(world, ns: str, summary: Path, cache: Path, umask: str, tz: str, lang: str) -> dict:
+    """A clean build and push with its own cache location, umask, time zone and locale."""
+    env = {**os.environ, **world["env"], "MTP_CACHE_DIR": str(cache), "TZ": tz, "LANG": lang, "LC_ALL": lang}
+    env.pop("MTP_DEBUG", None)
+    argv = [sys.executable, str(REPO / "build.py"), "--manifests", world["manifests"], "--profile", PROFILE]
+    argv += ["--push", "--registry", f"{world['host'].registry}/{ns}", "--summary-file", str(summary)]
+    proc = subprocess.run(
+        ["sh", "-c", f'umask {umask}; exec "$@"', "sh", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return json.loads(summary.read_text())
+
+
+def test_the_digest_does_not_depend_on_the_cache_location_umask_tz_or_locale(world, tmp_path):
+    """Issue #35: buildah's storage root used to live under MTP_CACHE_DIR, and what RUN mount
+    targets left in the layers followed its location (/tmp: empty targets; ~/.cache: the
+    base's /var/cache/apt whited out). Two clean builds, one cache under /tmp (pytest's), one
+    under /var/tmp, with other umask, TZ and locale: one digest."""
+    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
+    try:
+        first = _build_elsewhere(
+            world,
+            f"where-a-{uuid.uuid4().hex[:6]}",
+            tmp_path / "a.json",
+            tmp_path / "cache",
+            "022",
+            "UTC",
+            "C.UTF-8",
+        )
+        for ref in first["references"] + [first["image"], f"mtp-verl:{PROFILE}"]:
+            world["host"].docker("image", "rm", "--no-prune", ref, check=False)
+        second = _build_elsewhere(
+            world,
+            f"where-b-{uuid.uuid4().hex[:6]}",
+            tmp_path / "b.json",
+            elsewhere / "cache",
+            "077",
+            "Asia/Kolkata",
+            "de_DE.UTF-8",
+        )
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert first["digest"] == second["digest"], (first, second)

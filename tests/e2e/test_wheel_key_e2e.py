@@ -48,3 +48,27 @@ def test_a_registry_hit_does_not_build(registry, tmp_path, monkeypatch):
     for n, w in got.items():
         assert w.path.read_bytes() == made[n].path.read_bytes()
         assert str(tmp_path / "machine-b") in str(w.path)
+
+
+def test_the_registry_form_of_the_share_is_accepted(registry, tmp_path, monkeypatch):
+    """MTP_WHEEL_CACHE_REPO=REG/NS (as `--registry` for `wheels push`) finds the wheels that
+    `wheels push --registry REG/NS` put in REG/NS/ext-wheels: machine B compiles nothing."""
+    m = manifest.load()
+    rendered = render(plan_for(m, "mtp-detach", None), m.root)
+    names = [p.name for p in extensions.built(rendered.plan)]
+    namespace = f"{registry}/n{uuid.uuid4().hex[:8]}"
+    monkeypatch.delenv("MTP_WHEEL_CACHE_REPO", raising=False)
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "machine-a"))
+    fake = FakeBuilder(tmp_path)
+    _ensure(rendered, fake, [])
+    cache_a = extbuild._cache()
+    for key in cache_a.keys():
+        wheelshare.push(cache_a, key, wheelshare.repository_for(namespace))
+
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "machine-b"))
+    monkeypatch.setenv("MTP_WHEEL_CACHE_REPO", namespace)
+    said: list[str] = []
+    _ensure(rendered, fake, said)
+    assert fake.calls == [], said
+    assert sum(f"from {namespace}/ext-wheels " in line for line in said) == len(names), said
+    assert any("names a namespace" in line for line in said)

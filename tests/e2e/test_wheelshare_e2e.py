@@ -167,3 +167,57 @@ def test_cli_push_list_pull(tmp_path, registry):
     missing = cache_key(_inputs("missing"))
     proc = run_cli("wheels", "pull", "--registry", namespace, missing, env=env_b)
     assert proc.returncode == 2 and missing in proc.stderr and "wheels push" in proc.stderr
+
+
+def _rewrite_artifact(tmp_path, client, path, key, entry) -> str:
+    """Replace the registry's wheel for `key` AND its config's records of it (sha256, size),
+    as someone with push rights would: every check of the artifact itself passes; -> sha256."""
+    other = make_wheel(tmp_path / "evil", payload="import os  # evil\n")
+    data = other.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    client.upload_blob(path, f"sha256:{sha}", data)
+    config = wheelshare.canonical({**entry.meta, "sha256": sha, "size": len(data)})
+    client.upload_blob(path, "sha256:" + hashlib.sha256(config).hexdigest(), config)
+    manifest = wheelshare.artifact_manifest(key, config, sha, len(data), entry.filename)
+    client.put_manifest(path, key, manifest, wheelshare.OCI_MANIFEST)
+    return sha
+
+
+def test_an_artifact_whose_wheel_and_records_were_rewritten_is_refused_against_the_pin(tmp_path, repository):
+    from mtpimage.ext.wheelpins import Pin, PinMismatch
+
+    here, key, entry = _cached(tmp_path, "here")
+    wheelshare.push(here, key, repository)
+    host, path = repository.split("/", 1)
+    evil = _rewrite_artifact(tmp_path, RegistryClient(Registry(host, "")), path, key, entry)
+    # unpinned, the rewritten artifact passes every check it carries (the issue's finding)
+    assert wheelshare.pull(WheelCache(tmp_path / "unpinned"), key, repository).sha256 == evil
+
+    pin = Pin("tiny-ext", "0.1", entry.filename, entry.sha256, "built")
+    there = WheelCache(tmp_path / "there")
+    with pytest.raises(PinMismatch) as exc:
+        wheelshare.pull(there, key, repository, pin=pin)
+    line = exc.value.one_line()
+    assert exc.value.exit_code == 3
+    assert f"registry artifact {repository}:{key}@sha256:" in line
+    assert f"has sha256 {evil}, wheels.lock.yaml pins {entry.sha256}" in line and "(fix: " in line
+    assert there.get(key) is None and (not there.root.exists() or list(there.root.iterdir()) == [])
+
+
+def test_cli_pull_refuses_a_rewritten_artifact_against_the_manifests_pins(tmp_path, registry):
+    from mtpimage.ext import wheelpins
+
+    namespace = f"{registry}/p{uuid.uuid4().hex[:8]}"
+    here, key, entry = _cached(tmp_path / "a", "ext-wheels")
+    wheelshare.push(here, key, wheelshare.repository_for(namespace))
+    host, path = wheelshare.repository_for(namespace).split("/", 1)
+    evil = _rewrite_artifact(tmp_path, RegistryClient(Registry(host, "")), path, key, entry)
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    wheelpins.write(manifests, {key: wheelpins.Pin("tiny-ext", "0.1", entry.filename, entry.sha256, "built")})
+    env_b = {"MTP_CACHE_DIR": str(tmp_path / "b")}
+    proc = run_cli("wheels", "pull", "--manifests", str(manifests), "--registry", namespace, key, env=env_b)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 1 and evil in errors[0] and entry.sha256 in errors[0], proc.stderr
+    assert not (tmp_path / "b" / "ext-wheels" / key).exists()

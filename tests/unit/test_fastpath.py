@@ -284,3 +284,13 @@ def test_the_memo_follows_the_result_not_console_wording(world):
     assert fastpath.remember(ARGV, key, RESULT, PRINTED)
     reply, _ = fastpath.lookup(ARGV)
     assert reply[-1][1].endswith(f"{RESULT.heading}\n{RESULT.up_to_date}\n")
+
+
+def test_a_manifests_path_that_is_a_symlink_loop_is_one_line_not_a_traceback(tmp_path):
+    from .helpers import assert_one_line_error, run_cli
+
+    (tmp_path / "loop1").symlink_to("loop1")
+    proc = run_cli(
+        "--manifests", "loop1", "--profile", "test-detach", cwd=tmp_path, env={"MTP_FASTPATH": "1"}
+    )
+    assert_one_line_error(proc, "loop1", "manifests directory not found")

@@ -130,3 +130,27 @@ def test_registry_answers_503(failing_server):
         code=3,
     )
     _no_raw_text(err)
+
+
+def test_the_buildah_push_error_is_whole_words_and_one_fix(tmp_path, monkeypatch):
+    """The reproducible engine's push (the registry API, not `docker push`) to a registry that
+    refuses connections: the reason uncut and one `(fix: ...)`, the registry client's own."""
+    from mtpimage.engine import buildahengine, dockerengine, ocilayout
+    from mtpimage.engine.containerengine import PushFailed
+
+    from .test_ocilayout import _layout, _tar
+
+    layout = ocilayout.normalise(_layout(tmp_path / "l", [_tar({"a": b"1"})], "FROM x"))
+    eng = buildahengine.BuildahEngine()
+    monkeypatch.setattr(dockerengine.DockerEngine, "image_id", lambda self, ref: layout.image_id)
+    monkeypatch.setattr(buildahengine.BuildahEngine, "layout_of", lambda self, image_id: layout.root)
+    ref = "127.0.0.1:9/some-long-namespace-name/mtp-verl:test-detach-0123456789ab"
+    with pytest.raises(PushFailed) as info:
+        eng.push(ref)
+    line = info.value.one_line()
+    assert line.count("(fix: ") == 1, line
+    assert line.startswith(
+        f"push {ref} failed: registry 127.0.0.1:9 cannot be reached: connection refused"
+    ), line
+    assert line.endswith("or use another --registry; no tag was moved)"), line
+    _no_raw_text(line)

@@ -56,6 +56,24 @@ def test_short_commit(mdir):
     assert_one_line_error(check(mdir), "components.yaml:", "components.megatron-lm.commit", "40-hex")
 
 
+def test_a_39_hex_commit_says_how_to_get_the_full_one(mdir):
+    import re
+
+    c = mdir / "components.yaml"
+    text = c.read_text()
+    full = re.search(r"commit: ([0-9a-f]{40})", text).group(1)
+    c.write_text(text.replace(f"commit: {full}", f"commit: {full[:39]}", 1))
+    assert_one_line_error(
+        check(mdir),
+        "components.yaml:",
+        ".commit: expected a full 40-hex git commit",
+        "(fix: ",
+        "git rev-parse",
+    )
+    proc = run_main("check", "--profile", "mtp-cp-recompute", "--set", f"megatron-lm.commit={full[:39]}")
+    assert_one_line_error(proc, "--set", "megatron-lm.commit", "(fix: ", "git ls-remote")
+
+
 def test_short_commit_on_command_line():
     proc = run_main("check", "--profile", "mtp-cp-recompute", "--set", "megatron-lm.commit=5be9626")
     assert_one_line_error(proc, "--set", "megatron-lm.commit", "40-hex")

@@ -1,0 +1,74 @@
+"""A tool killed with SIGKILL (no handler runs) leaves nothing behind for long: the janitor
+(mtpimage/janitor.py) that its first guarded path started ends the children that name a
+guarded path and removes the path. Real processes; no docker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+TOOL = """
+import os, subprocess, sys, time
+from pathlib import Path
+from mtpimage import janitor
+scratch = Path(sys.argv[1])
+scratch.mkdir()
+(scratch / "file").write_text("x")
+janitor.guard(scratch)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(scratch / "iid")])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_tools_scratch_and_children_are_gone_at_once(tmp_path):
+    scratch = tmp_path / "mtp-build-x"
+    tool = subprocess.Popen(
+        [sys.executable, "-c", TOOL, str(scratch)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MTP_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    child = int(tool.stdout.readline())
+    assert scratch.is_dir() and _alive(child)
+    os.kill(tool.pid, signal.SIGKILL)
+    tool.wait()
+    for _ in range(300):  # the janitor polls every 0.2 s; its children get SIGTERM first
+        if not scratch.exists() and not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not scratch.exists(), "the killed tool's scratch directory is still there"
+    assert not _alive(child), "the killed tool's child still runs"
+    assert not list((tmp_path / "cache" / "janitor").glob("*.paths"))
+
+
+def test_a_run_that_ends_normally_leaves_its_janitor_nothing_to_do(tmp_path):
+    code = (
+        "import shutil, sys; from pathlib import Path; from mtpimage import janitor\n"
+        "p = Path(sys.argv[1]); p.mkdir(); janitor.guard(p); shutil.rmtree(p)\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "d")],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "MTP_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    for _ in range(100):
+        if not list((tmp_path / "cache" / "janitor").glob("*.paths")):
+            break
+        time.sleep(0.1)
+    assert not list((tmp_path / "cache" / "janitor").glob("*.paths"))
