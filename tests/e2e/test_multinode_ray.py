@@ -41,14 +41,27 @@ RUN python3 -m venv /opt/ray \\
  && /opt/ray/bin/pip install -q --no-index --find-links /tmp/wheels --require-hashes -r /tmp/requirements-ray.txt \\
  && rm -rf /tmp/wheels
 COPY standin /opt/standin
-ENV PATH=/opt/ray/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/opt/standin
+COPY checks /opt/mtp/checks
+COPY version.json /opt/mtp/version.json
+ENV PATH=/opt/ray/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/opt/standin \
+    VERL_USE_UV=0
 """
+# What the job scripts' preflight (mtpimage/outputs/preflight.py) reads: the image's own checks
+# and a version vector whose verl asks for VERL_USE_UV=0, as a built image's does.
+CHECKS = Path(__file__).resolve().parents[2] / "images" / "checks"
+VECTOR = {
+    "components": [{"name": "verl", "package": "verl", "runtime_env": {"VERL_USE_UV": "0"}}],
+    "packages": [],
+}
 
 
 def _inputs_digest(base: str) -> str:
     h = hashlib.sha256(DOCKERFILE.format(base=base).encode())
     for path in sorted([HERE / "requirements-ray.txt", *(HERE / "standin").rglob("*.py")]):
         h.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted(p for p in CHECKS.glob("*") if p.is_file()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(json.dumps(VECTOR, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -79,6 +92,8 @@ def ray_image(docker_host, tmp_path_factory) -> str:
     assert got.returncode == 0, got.stderr[-3000:]
     (ctx / "requirements-ray.txt").write_bytes((HERE / "requirements-ray.txt").read_bytes())
     subprocess.run(["cp", "-r", str(HERE / "standin"), str(ctx / "standin")], check=True)
+    subprocess.run(["cp", "-r", str(CHECKS), str(ctx / "checks")], check=True)
+    (ctx / "version.json").write_text(json.dumps(VECTOR))
     (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=docker_host.base_image))
     built = docker_host.build(ctx, tag, timeout=900)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
