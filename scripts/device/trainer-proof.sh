@@ -60,11 +60,17 @@ for src in $STAGE/src-*.tar.gz; do
 done
 echo "installed in $(( $(date +%s) - t0 )) s"
 t1=$(date +%s)
-NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_CUDA_ARCHS=90 MAX_JOBS=16 \
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/te-torch \
-    $STAGE/transformer_engine_torch-*.tar.gz 2>&1 | tail -3
-cp -r /tmp/te-torch/. $SITE/
-echo "TE torch extension built in $(( $(date +%s) - t1 )) s"
+# The image's compiled extension wheels (trainer_payload.py --ext-wheels) when they were carried;
+# otherwise the TE torch extension is built here from its sdist (and flash-attn, apex stay absent).
+if ls $STAGE/transformer_engine_torch-*.whl >/dev/null 2>&1; then
+    echo "the image's compiled extension wheels: $(cd $STAGE && ls transformer_engine_torch-*.whl apex-*.whl flash_attn-*.whl 2>/dev/null | tr '\n' ' ')"
+else
+    NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_CUDA_ARCHS=90 MAX_JOBS=16 \
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/te-torch \
+        $STAGE/transformer_engine_torch-*.tar.gz 2>&1 | tail -3
+    cp -r /tmp/te-torch/. $SITE/
+    echo "TE torch extension built in $(( $(date +%s) - t1 )) s"
+fi
 python3 -c "import transformer_engine.pytorch, megatron.core, megatron.bridge, megatron.energon, verl; print('imports ok')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 pids=()

@@ -12,8 +12,12 @@ sft_trainer needs beyond the device's own torch stack, taken from manifests/lock
     mirrors), as source tarballs, and the TE torch extension's sdist by its sha256;
   - all of it packed into carries of at most CARRY_MIB under OUT/carry/cN (build/ is ignored by
     git: never commit it, it holds upstream files), with a manifest of what each holds.
-flash-attn and apex are not carried: they are compiled extensions whose wheels come from the
-image's wheel cache; without them trainer_check.py adds its named stand-in settings.
+With --ext-wheels VERSION_JSON (a rendered profile's mtp/version.json), the image's three
+compiled extension wheels (TE torch extension, apex, flash-attn) are carried from the tool's wheel
+cache under the keys that version vector names, checked against the cache's record: the device
+then runs the image's own compiled code, and trainer-proof.sh installs them instead of building.
+Without it, the TE torch extension goes as its sdist (built on the device) and flash-attn and apex
+stay behind; trainer_check.py then adds its named stand-in settings.
 """
 
 from __future__ import annotations
@@ -92,10 +96,31 @@ def download(name: str, version: str, filename: str, sha256: str, dest: Path) ->
     return path
 
 
+def extension_wheels(vector_path: Path, dest: Path) -> list[str]:
+    """The image's compiled wheels, by the keys its version vector records, verified in the cache."""
+    from mtpimage.ext.wheelcache import WheelCache
+
+    cache = WheelCache()
+    names = []
+    for ext in json.loads(vector_path.read_text())["extensions"]:
+        wheel = cache.get(ext["key"])  # verifies the entry's sha256 and size
+        if wheel is None:
+            raise SystemExit(
+                f"{ext['name']}: no wheel under key {ext['key'][:12]} in {cache.root} "
+                "(fix: build the profile first, or `build.py wheels pull` it)"
+            )
+        shutil.copyfile(wheel.path, dest / wheel.filename)
+        print(f"{ext['name']}: {wheel.filename} sha256 {wheel.sha256[:12]} (key {ext['key'][:12]})")
+        names.append(wheel.filename)
+    return names
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="mtp-detach")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "device" / "trainer")
+    ap.add_argument("--ext-wheels", type=Path, metavar="VERSION_JSON",
+                    help="carry the compiled extension wheels this version vector names, from the wheel cache")
     args = ap.parse_args()
     lock = yaml.safe_load((ROOT / "manifests" / "lock.yaml").read_text())
     pset = lock["python_sets"][lock["profiles"][args.profile]["python_set"]]["packages"]
@@ -119,13 +144,16 @@ def main() -> int:
                 ["tar", "czf", str(tarball), "--exclude=.git", "-C", str(tree.parent), tree.name], check=True
             )
         listing.append(tarball.name)
-    te = lock["packages"]["transformer-engine-torch"]["build"]["source"]
-    sdist = files / te["url"].rsplit("/", 1)[1]
-    if not sdist.is_file():
-        sdist.write_bytes(requests.get(te["url"], timeout=300).content)
-    if hashlib.sha256(sdist.read_bytes()).hexdigest() != te["sha256"]:
-        raise SystemExit(f"{sdist.name}: not the lock's sha256")
-    listing.append(sdist.name)
+    if args.ext_wheels:
+        listing.extend(extension_wheels(args.ext_wheels, files))
+    else:
+        te = lock["packages"]["transformer-engine-torch"]["build"]["source"]
+        sdist = files / te["url"].rsplit("/", 1)[1]
+        if not sdist.is_file():
+            sdist.write_bytes(requests.get(te["url"], timeout=300).content)
+        if hashlib.sha256(sdist.read_bytes()).hexdigest() != te["sha256"]:
+            raise SystemExit(f"{sdist.name}: not the lock's sha256")
+        listing.append(sdist.name)
     # carries: a tar of whole files where they fit, large files split in parts
     carry = args.out / "carry"
     shutil.rmtree(carry, ignore_errors=True)
