@@ -488,6 +488,14 @@ class SourceSet:
             try:
                 t = (self.fetcher or fetch)(comp.repo, comp.commit)
             except GitError as exc:
+                if exc.offline and self.keep_going:
+                    # asked to probe (check --probe-sources): a source nobody could read decides
+                    # nothing, so its rules are UNKNOWN, never the known pins' PASS
+                    self.failed[comp.name] = (
+                        f"{comp.repo} unreachable: {exc.stderr.strip()} (fix: reach {comp.repo}, or serve a "
+                        f"mirror of it through git config url.<mirror>.insteadOf {comp.repo})"
+                    )
+                    return None
                 if exc.offline:
                     self.unavailable[comp.name] = f"{comp.repo} unreachable: {exc.stderr}"
                     return None
@@ -503,6 +511,9 @@ class SourceSet:
         try:
             path = pydeps.unpacked_dist(comp.package, comp.version, self.indexes[comp.index])
         except pydeps.IndexUnreachable as exc:
+            if self.keep_going:
+                self.failed[comp.name] = f"{exc} (fix: reach the index, or mirror it with MTP_INDEX_REWRITE)"
+                return None
             self.unavailable[comp.name] = str(exc)
             return None
         except BuilderError as exc:

@@ -445,7 +445,11 @@ def evaluate(
             probed = probes[rule.id]
             if probed.status != UNKNOWN or known.status not in (PASS, FAIL):
                 verdict, source = probed, evidence
-            else:  # an inconclusive probe never hides a known verdict
+            elif known.status == PASS and evidence == "probe":
+                # asked to probe, and nothing was probed: a check that checked nothing never
+                # says pass (the known list's word is kept in the detail)
+                verdict, source = Verdict(UNKNOWN, f"{probed.detail}; the known pins say: {known.detail}"), evidence
+            else:  # an inconclusive probe never hides a known verdict (a known FAIL still refuses)
                 verdict = Verdict(
                     known.status, f"{known.detail} (the source probe was inconclusive: {probed.detail})"
                 )

@@ -91,10 +91,13 @@ def print_check(plan: Plan, results: list[rules.RuleResult], resolution: bool = 
     errs = rules.errors(results)
     passed = sum(r.status == rules.PASS for r in results)
     na = sum(r.status == rules.NA for r in results)
-    state = "FAILED" if errs else "ok"
+    unknown = sum(r.status == rules.UNKNOWN for r in results)
+    # an UNKNOWN is a rule nobody decided, not a warning: counted apart, and no "ok" over it
+    warned = len(rules.warnings(results)) - unknown
+    state = "FAILED" if errs else ("not decided" if unknown else "ok")
     print(
         f"{plan.profile}: {state} ({passed} passed, {na} not applicable, "
-        f"{len(errs)} errors, {len(rules.warnings(results))} warnings)"
+        f"{len(errs)} errors, {warned} warnings{f', {unknown} unknown' if unknown else ''})"
     )
     for line in _rule_lines(results):
         print(line)

@@ -380,3 +380,54 @@ def test_mtp_with_context_parallelism_needs_megatron_core_014(commit, want):
     """#36 item 7: core_v0.13.0 with CP=2 passed every check."""
     assert status("mtp-cp-recompute", "mtp-context-parallel", [f"megatron-lm.commit={commit}"]) == want
     assert status("mtp-detach", "mtp-context-parallel") == rules.NA  # CP 1
+
+
+def test_a_probe_that_probed_nothing_never_says_pass():
+    """#38 item 4: asked to probe (evidence "probe"), a known-good pin whose source could not be
+    read is UNKNOWN, the known list's word kept in the detail; a known FAIL still refuses."""
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute"))
+    why = "not decided: the megatron-lm source could not be fetched (github.com unreachable)"
+    probes = {"recompute-padding-mask": rules.Verdict(rules.UNKNOWN, why)}
+    r = next(r for r in rules.evaluate(plan, probes) if r.rule.id == "recompute-padding-mask")
+    assert r.status == rules.UNKNOWN and why in r.detail and "the known pins say: " in r.detail, r.detail
+    # the lock's recorded verdicts keep the old reading: known lists decide an inconclusive one
+    r = next(r for r in rules.evaluate(plan, probes, "lock") if r.rule.id == "recompute-padding-mask")
+    assert r.status == rules.PASS
+
+
+def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed():
+    """#38 item 4: `check --probe-sources` with github.com unreachable: every source rule is
+    UNKNOWN, the source is listed as unfetched (so the exit is 3), with the mirror fix."""
+    from mtpimage.lock import probes as probes_mod
+    from mtpimage.lock import sources
+
+    def fetch(repo, commit):
+        raise sources.GitError(
+            repo, "git fetch", f"fatal: unable to access '{repo}/': Could not resolve host: github.com", commit
+        )
+
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute"))
+    ss = sources.SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
+    verdicts = probes_mod.probe_plan(plan, m.root, ss)
+    assert verdicts and all(v.status == rules.UNKNOWN for v in verdicts.values()), verdicts
+    assert set(ss.failed) >= {"megatron-lm"} and not ss.unavailable
+    assert "url.<mirror>.insteadOf https://github.com/NVIDIA/Megatron-LM" in ss.failed["megatron-lm"]
+    results = {r.rule.id: r for r in rules.evaluate(plan, verdicts)}
+    assert results["recompute-padding-mask"].status == rules.UNKNOWN
+
+
+def test_check_counts_unknown_apart_from_warnings_and_says_no_ok_over_them(capsys):
+    """#38 item 5: an UNKNOWN is a rule nobody decided, not a warning."""
+    from mtpimage.outputs import report
+
+    m = manifest.load()
+    plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute"))
+    probes = {"recompute-padding-mask": rules.Verdict(rules.UNKNOWN, "not decided: source unreachable")}
+    report.print_check(plan, rules.evaluate(plan, probes), resolution=False)
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith("mtp-cp-recompute: not decided (") and head.endswith(", 0 warnings, 1 unknown)"), head
+    report.print_check(plan, rules.evaluate(plan), resolution=False)
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith("mtp-cp-recompute: ok (") and head.endswith(" 0 errors, 0 warnings)"), head
