@@ -471,11 +471,11 @@ def lock(
         )
         _lock_profiles(m, plans, locker, entries)
     except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
-        raise BuilderError(f"lock failed, {_untouched(staged)}: {exc.one_line()}") from None
+        raise BuilderError(f"lock failed, {_untouched(staged, m.root)}: {exc.one_line()}") from None
     except InputError as exc:
         if staged is None:
             raise
-        raise InputError(exc.where, exc.key, f"{exc.problem} ({_untouched(staged)})", exc.fix) from None
+        raise InputError(exc.where, exc.key, f"{exc.problem} ({_untouched(staged, m.root)})", exc.fix) from None
     entries.sets.update(locker.sets)
     doc = _document(plans, cutoff, entries)
     locker.unverified.insert(
@@ -513,7 +513,7 @@ def lock(
     files = {path: lockfile.dumps(doc)}
     if staged is not None:
         files[m.root / "components.yaml"] = staged
-    _refuse_changed_files(previous, doc, staged)
+    _refuse_changed_files(previous, doc, staged, m.root)
     written = staging.commit(files)
     outcome.written = True
     outcome.changed = path in written
@@ -521,8 +521,8 @@ def lock(
     return outcome
 
 
-def _untouched(staged: str | None) -> str:
-    what = "manifests/lock.yaml" if staged is None else "manifests/components.yaml and lock.yaml"
+def _untouched(staged: str | None, root: Path) -> str:
+    what = lockfile.shown(root) if staged is None else f"{lockfile.shown(root, 'components.yaml')} and lock.yaml"
     return f"{what} left unchanged"
 
 
@@ -608,13 +608,13 @@ def _document(plans: list[Plan], cutoff: dict, e: _LockEntries) -> dict:
     }
 
 
-def _refuse_changed_files(previous: dict | None, doc: dict, staged: str | None) -> None:
+def _refuse_changed_files(previous: dict | None, doc: dict, staged: str | None, root: Path) -> None:
     """Nothing is written when a file the lock records would change under the same name."""
     tampered = lockfile.changed_files(previous, doc)
     if tampered:
         raise BuilderError(
             "refusing a downloaded file whose sha256 differs from the lock, "
-            f"{_untouched(staged)}: {'; '.join(tampered)} (fix: clear the cache "
+            f"{_untouched(staged, root)}: {'; '.join(tampered)} (fix: clear the cache "
             "entry and lock again; if the index really changed the file, review it and "
             "remove its entry from lock.yaml)"
         )

@@ -42,6 +42,16 @@ def lock_path(manifests_root: Path) -> Path:
     return Path(manifests_root) / LOCK_NAME
 
 
+def shown(manifests_root: Path, name: str = LOCK_NAME) -> str:
+    """A manifests file as a message names it: relative to the working directory when it is
+    below it (`manifests/lock.yaml`), else in full, so `--manifests ELSEWHERE` is named right."""
+    path = Path(manifests_root).absolute() / name
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 # ----------------------------------------------------------------------------- entries
 
 

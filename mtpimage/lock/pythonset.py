@@ -29,7 +29,7 @@ class PythonSets:
         if tree is None:
             reason = self.ss.unavailable.get(c.name, "not fetched")
             raise BuilderError(
-                f"lock failed, manifests/lock.yaml left unchanged: git source {c.name} "
+                f"lock failed, {lockfile.shown(self.m.root)} left unchanged: git source {c.name} "
                 f"({c.repo} @ {c.commit}) could not be fetched: {reason} (fix: give git a "
                 "mirror with url.<mirror>.insteadOf; the lock resolves every source's real "
                 "metadata and never guesses it)"
@@ -273,7 +273,7 @@ class PythonSets:
                 by_index.setdefault(idx, []).append(what)
             tls = any(pydeps.TLS_REASON in (s.reach[idx] or "") for idx in by_index)
             raise HashlessPackage(
-                "lock failed, manifests/lock.yaml left unchanged: "
+                f"lock failed, {lockfile.shown(self.m.root)} left unchanged: "
                 + "; ".join(
                     f"{', '.join(whats)} from index {idx} ({s.indexes[idx]}) would install without a "
                     f"sha256: the index does not answer ({s.reach[idx]})"

@@ -188,7 +188,7 @@ def test_a_patch_commit_missing_upstream_fails_lock_naming_repository_commit_and
     line = one_line(
         proc,
         3,
-        "lock failed, manifests/lock.yaml left unchanged",
+        f"lock failed, {m / 'lock.yaml'} left unchanged",  # the lock --manifests names
         "patch 0 of sglang",
         f"cannot fetch https://github.com/ArronHZG/sglang commit {absent}",
         "git says",

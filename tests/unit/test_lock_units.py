@@ -359,3 +359,15 @@ def test_frozen_refuses_a_lock_that_records_a_failure(failure):
         lock["profiles"]["mtp-rollout"]["probes"] = {"sglang-rollout-fix": {"status": "fail", "detail": "x"}}
     with pytest.raises(InputError, match="records a"):
         lockfile.check_frozen(m, plan, lock)
+
+
+def test_messages_name_the_lock_that_manifests_points_at(tmp_path, monkeypatch):
+    """#38 item 5: `--manifests ELSEWHERE` is named as such, not as the checkout's manifests/."""
+    from mtpimage.lock import lockfile
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "manifests").mkdir()
+    assert lockfile.shown(Path("manifests")) == "manifests/lock.yaml"
+    elsewhere = tmp_path.parent / "site-manifests"
+    assert lockfile.shown(elsewhere) == str(elsewhere / "lock.yaml")
+    assert lockfile.shown(elsewhere, "components.yaml") == str(elsewhere / "components.yaml")
