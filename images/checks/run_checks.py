@@ -483,7 +483,8 @@ def discover_modules() -> tuple[dict[str, str], list[str]]:
                 absent.append(f"{mod} ({name})")
                 continue
             modules.setdefault(mod, name)
-    return modules, absent
+    # the venv sees the system's site-packages too: the same distribution can be found twice
+    return modules, list(dict.fromkeys(absent))
 
 
 # The entry checks' items that the import check's fork servers judged along with the modules

@@ -118,8 +118,15 @@ def expand(results: list[dict], record: dict) -> list[dict]:
             out.append(r)
         elif proof.get("results"):
             # this run spent no time on them: their time was the proving run's
+            # a skip stays a skip: reusing it proves nothing, and REUSED would read as a pass
             out += [
-                {**p, "status": REUSED, "was": p["status"], "proved_by": proof["image"], "seconds": 0.0}
+                {
+                    **p,
+                    "status": p["status"] if p["status"] == "skip" else REUSED,
+                    "was": p["status"],
+                    "proved_by": proof["image"],
+                    "seconds": 0.0,
+                }
                 for p in proof["results"]
             ]
         else:  # run_checks.py only reuses what it was told to: a record that changed meanwhile

@@ -219,3 +219,19 @@ def test_entry_checks_count_only_for_the_group_that_runs_them(rc):
         assert rc.inputs_digest(gid, rl_only) == rc.inputs_digest(gid, both), gid
         assert rc.inputs_digest(gid, other_commit) != rc.inputs_digest(gid, rl_only), gid
     assert rc.inputs_digest("entry-imports", rl_only) != rc.inputs_digest("entry-imports", both)
+
+
+def test_a_reused_skip_is_shown_as_a_skip_not_as_reused():
+    """#38 item 5: "no component declares entry checks" proves nothing; REUSED reads as a pass."""
+    record = {"groups": {}}
+    skipped = {
+        "id": "entry-sft",
+        "group": "entry-sft",
+        "status": "skip",
+        "inputs": "sha256:a",
+        "detail": "no component declares entry checks of this kind",
+    }
+    checkreuse.remember(record, [skipped], "sha256:1")
+    placeholder = {"id": "entry-sft", "group": "entry-sft", "status": "reused", "inputs": "sha256:a"}
+    [r] = checkreuse.expand([placeholder], record)
+    assert (r["status"], r["was"], r["proved_by"]) == ("skip", "skip", "sha256:1")

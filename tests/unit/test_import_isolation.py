@@ -467,3 +467,16 @@ def test_the_import_check_pairs_an_entry_item_with_the_module_it_imports_first(r
     assert rc.first_import("code:" + b"import torch.nn as nn, json".hex()) == "torch"
     assert rc.first_import("code:" + b"from . import x".hex()) is None
     assert rc.paired(("code:" + b"import torch".hex(),), ["torch"]) == {}  # the preload: apart
+
+
+def test_a_module_listed_twice_by_the_same_distribution_is_noted_once(rc, monkeypatch):
+    """#38 item 5: the venv sees the system site-packages too, so Debian's setuptools (which
+    lists a `debian` module it does not ship) was noted twice."""
+
+    class Dist:
+        metadata = {"Name": "setuptools"}
+
+    monkeypatch.setattr(rc.importlib.metadata, "distributions", lambda: [Dist(), Dist()])
+    monkeypatch.setattr(rc, "top_level_modules", lambda dist: ["debian_not_shipped_here"])
+    modules, absent = rc.discover_modules()
+    assert modules == {} and absent == ["debian_not_shipped_here (setuptools)"]
