@@ -332,6 +332,11 @@ def cmd_main(args):
             )
         )
     else:
+        if not args.dry_run and not rules.errors(results):
+            from mtpimage.build.pipeline import base_first
+
+            # a build that cannot start says so in one line, not after 65 lines of plan
+            base_first(plan, image_of(plan, m.root), getattr(args, "registry", None))
         print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):
         return EXIT_RULES

@@ -143,6 +143,14 @@ def base_preflight(plan: Plan) -> None:
         ) from None
 
 
+def base_first(plan: Plan, image: str, registry) -> None:
+    """The base preflight before anything is printed, where the build would need the base: the
+    docker engine, the image not here, no registry that could answer "up to date"."""
+    if engine.current().name != "docker" or registry is not None or release.local_id(image) is not None:
+        return
+    base_preflight(plan)
+
+
 def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
     """BuildKit build of the rendered context with its sources; returns the untagged image id.
     A size budget the image exceeds fails here, before any tag."""
@@ -164,8 +172,9 @@ def build_request(
     """The image's build: its context (sources, patches, the compiled extensions' wheels)
     and labels (identity_labels, or `labels` given instead: verify takes the published
     image's provenance labels); the same for every engine and for verify's rebuild."""
-    from mtpimage.build.buildctx import build_context
+    from mtpimage.build.buildctx import build_context, fetch_sources_first
 
+    fetch_sources_first(rendered, say)  # every source before the first compile (#38 item 2)
     wheels = extension_wheels(plan, rendered, options, say)
     return engine.BuildRequest(
         context_tar=build_context(rendered, progress=say, wheels=wheels),

@@ -112,3 +112,29 @@ def test_dry_run_names_what_the_tool_compiles_and_keeps_its_columns(plans, capsy
     assert rows["torch"].endswith("[pypi]")
     starts = {line.index(line.split()[1]) for line in rows.values()}
     assert len(starts) == 1, rows  # one column, however long the name
+
+
+def test_the_main_jobs_base_error_comes_before_the_plan(tmp_path):
+    """#38 item 5: the main job printed 65 lines of plan, then its one-line base error. The real
+    profile's base is not here and docker.io does not answer on this machine or CI's: the
+    error is the only output."""
+    import os
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "MTP_SUBSTITUTE_BASE": "", "MTP_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(root / "build.py"), "--profile", "mtp-cp-recompute"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    if proc.returncode == 0 or "is not present locally" not in proc.stderr:
+        pytest.skip("the real base is present or its registry answers here")
+    assert proc.returncode == 3 and proc.stdout == "", proc.stdout[:500]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: base image ") and "(fix: " in line
