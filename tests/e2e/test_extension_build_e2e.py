@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -211,11 +212,23 @@ def test_an_sdist_that_changed_under_the_same_url_is_refused(world, first, tmp_p
     assert WheelCache(tmp_path / "other-machine" / "ext-wheels").keys() == []
 
 
-@pytest.mark.xfail(
-    reason="passes alone; failed after the suite's earlier tests in the full run of 2026-12-02 "
-    "(shared state between tests not isolated yet; see the closing note)",
-    strict=False,
-)
+def test_without_a_mirror_the_build_fails_before_anything_compiles(world, tmp_path):
+    """#38 item 2: a machine with no route to github.com and no url.insteadOf mirror, an empty
+    wheel cache (the extension would compile first): the build stops in one line with the
+    mirror fix before any compile, image or tag."""
+    identity = _rendered(world, "test-full")[0]
+    env = {**world["env"], "MTP_CACHE_DIR": str(tmp_path / "fresh"), "GIT_CONFIG_GLOBAL": os.devnull}
+    proc = world_cli({**world, "env": env}, "--profile", "test-full")
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot fetch megatron-lm: "), proc.stderr[-2000:]
+    assert "insteadOf" in errors[0]
+    assert not re.search(r"^(compile|wheel|build|built|tagged) ", proc.stdout, re.M), proc.stdout
+    assert "mtp_extension: building" not in proc.stderr
+    assert world["host"].docker("image", "inspect", f"mtp-verl:{identity}", check=False).returncode != 0
+
+
 def test_pin_then_verify_rebuilds_the_same_wheel_and_a_rewritten_entry_is_refused(world, first):
     """Issue #35: `wheels pin` records the compiled wheel's sha256 in the manifests; `wheels
     verify` compiles it again (no cache) to the same bytes; an entry whose wheel and meta.json
@@ -244,6 +257,9 @@ def test_pin_then_verify_rebuilds_the_same_wheel_and_a_rewritten_entry_is_refuse
         assert (
             len(errors) == 1 and f"wheel cache entry {key[:12]}" in errors[0] and meta["sha256"] in errors[0]
         )
+        # SECOND's image exists when an earlier test built it ("up to date", nothing taken from
+        # the cache): drop it, so this build must install the cache's wheel
+        world["host"].docker("image", "rm", "--no-prune", f"mtp-verl:{_rendered(world, SECOND)[0]}", check=False)
         proc = world_cli(world, "--profile", SECOND)
         assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
