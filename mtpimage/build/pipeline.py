@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine
-from mtpimage.build import imagetest, sizes
+from mtpimage.build import buildlog, imagetest, sizes
 from mtpimage.build.render import Rendered, render
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from mtpimage.lock import lockfile
@@ -213,7 +213,11 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
     def context_for(name: str) -> bytes:
         return build_context(rendered, progress=say, only_extension=name)
 
-    def request_for(context: bytes, target: str, out_dir: Path, build_args) -> None:
+    def request_for(context: bytes, target: str, out_dir: Path, build_args, on_line=None) -> None:
+        # a compile's progress replaces its raw output on the terminal; the log keeps it all
+        log = buildlog.new_log(target) if on_line is not None else None
+        if log is not None:
+            say(f"log     {log} (the compiler's full output)")
         engine.current().build(
             engine.BuildRequest(
                 context_tar=context,
@@ -227,7 +231,9 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
                 build_args=tuple(build_args),
                 network="host",  # the compile cache is served on the host's loopback
                 no_cache=options.no_cache,
-            )
+                on_line=on_line,
+            ),
+            log_path=log,
         )
 
     return context_for, request_for

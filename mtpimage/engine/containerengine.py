@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,9 @@ class BuildRequest:
     target: str | None = None  # a stage of the Dockerfile (a compiled extension's builder)
     output_dir: Path | None = None  # export the target's files here instead of an image
     build_args: tuple[tuple[str, str], ...] = ()  # not in the Dockerfile text: not in the identity
+    # Reads every output line instead of the terminal (a compile's progress: compileprogress.py);
+    # the full output then goes only to the build's log.
+    on_line: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

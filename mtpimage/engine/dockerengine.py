@@ -255,7 +255,7 @@ def cache_argv(kit: BuildKitCLI, req: BuildRequest) -> list[str]:
 
 
 def _stream_build(
-    argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool, watch=None
+    argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool, watch=None, on_line=None
 ) -> tuple:
     """Run the build with the context on stdin, echoing its output; (returncode, last lines).
     `watch` (a buildlog.Watcher) reads every line: pip's refusals span more than the tail."""
@@ -284,6 +284,8 @@ def _stream_build(
             tail = (tail + [line.rstrip()])[-25:]
             if watch is not None:
                 watch.feed(line)
+            if on_line is not None:
+                on_line(line)
             if echo:
                 sys.stderr.write(line)
                 sys.stderr.flush()
@@ -318,7 +320,13 @@ class DockerEngine(ContainerEngine):
             iidfile = Path(tmp) / "iid"
             watch = buildlog.Watcher()
             code, tail = _stream_build(
-                build_argv(kit, req, iidfile), env, req.context_tar, log_path, echo, watch
+                build_argv(kit, req, iidfile),
+                env,
+                req.context_tar,
+                log_path,
+                echo and req.on_line is None,
+                watch,
+                req.on_line,
             )
             if code != 0:
                 # a file that changed under its locked URL, or the cause; then where the log is

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -175,7 +176,9 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
         if not remote:
             remote.append(stack.enter_context(ccacheserver.serve()))
         with tempfile.TemporaryDirectory(prefix="mtp-ext-") as tmp:
-            wheel, meta = compile_wheel(rendered, pkg, context_for, request_for, jobs, remote[0], Path(tmp))
+            wheel, meta = compile_wheel(
+                rendered, pkg, context_for, request_for, jobs, remote[0], Path(tmp), say
+            )
             wheelpins.check(
                 pins,
                 key,
@@ -200,13 +203,28 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
 
 
 def compile_wheel(
-    rendered: Rendered, pkg: Package, context_for, request_for, jobs: int, remote: str, tmp: Path
+    rendered: Rendered,
+    pkg: Package,
+    context_for,
+    request_for,
+    jobs: int,
+    remote: str,
+    tmp: Path,
+    say: Say = print,
 ) -> tuple[Path, dict]:
-    """Run `pkg`'s builder stage once into `tmp`: (the one wheel it left, its meta.json)."""
+    """Run `pkg`'s builder stage once into `tmp`: (the one wheel it left, its meta.json).
+    Its output is read for progress (objects done, elapsed, estimate, compile-cache hits: a
+    live line on a terminal, a line a minute in a log); the builder's own lines are said."""
+    from mtpimage.ext.compileprogress import CompileProgress
+
     context = context_for(pkg.name)
     t0 = time.monotonic()
     args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote))
-    request_for(context, extensions.wheel_stage(pkg.name), tmp, args)
+    progress = CompileProgress(pkg.name, say, live=sys.stderr.isatty())
+    try:
+        request_for(context, extensions.wheel_stage(pkg.name), tmp, args, on_line=progress.feed)
+    finally:
+        say(progress.finish())
     wheels = sorted(tmp.glob("*.whl"))
     if len(wheels) != 1:
         raise ExtensionBuildFailed(

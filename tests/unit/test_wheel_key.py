@@ -193,7 +193,7 @@ class FakeBuilder:
         self.contexts.append(name)
         return b"context of " + name.encode()
 
-    def request_for(self, context: bytes, target: str, out_dir, build_args) -> None:
+    def request_for(self, context: bytes, target: str, out_dir, build_args, on_line=None) -> None:
         self.calls.append(target)
         assert dict(build_args)["MTP_EXT_MAX_JOBS"] == "2"
         name = canonicalize_name(target.removeprefix("mtp-ext-wheel-")).replace("-", "_")

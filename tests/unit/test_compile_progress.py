@@ -1,0 +1,79 @@
+"""#38 item 3: a long compile shows objects done of total, elapsed, an estimate, and what came
+back from the compile cache, from the builder stage's output (BuildKit plain progress lines
+as they look for TransformerEngine's torch extension and apex; commands shortened)."""
+
+from __future__ import annotations
+
+import io
+
+from mtpimage.ext.compileprogress import CompileProgress
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _ninja(step: int, t: float, n: int, m: int) -> str:
+    return f"#{step} {t}   [{n}/{m}] c++ -MMD -MF /tmp/mtp-ext-build/x/build/obj{n}.o.d -O3 -c x.cpp\n"
+
+
+def test_a_fresh_compile_reports_done_of_total_elapsed_and_an_estimate():
+    said, clock = [], Clock()
+    p = CompileProgress("transformer-engine-torch", said.append, clock=clock, period_s=60)
+    p.feed("#9 80.0 mtp_extension: building transformer-engine-torch in /tmp/x with MAX_JOBS=2\n")
+    assert said == ["mtp_extension: building transformer-engine-torch in /tmp/x with MAX_JOBS=2"]
+    for n, t in enumerate((81.0, 121.0, 161.0, 201.0), start=1):
+        clock.now += 40
+        p.feed(_ninja(9, t, n, 28))
+        p.feed("#9 201.3   warning: a compiler warning nobody needs on the terminal\n")
+    assert p.done == 4 and p.total == 28 and p.cached == 0
+    # 3 timed objects at 40 s each: 24 left -> 16 min
+    assert p.left_s() == 24 * 40.0
+    assert said[1:] == [  # the first object, then one line a minute (not one per object)
+        "compile transformer-engine-torch 1/28 objects, 0m40s elapsed, estimate after the first compiled object",
+        "compile transformer-engine-torch 3/28 objects, 2m00s elapsed, about 16m40s left",
+    ]
+
+
+def test_a_resumed_compile_counts_what_came_back_from_the_compile_cache():
+    said, clock = [], Clock()
+    p = CompileProgress("transformer-engine-torch", said.append, clock=clock)
+    for n, t in ((1, 80.0), (2, 80.2), (3, 80.3), (4, 80.5), (5, 80.6), (6, 81.0), (7, 120.0), (8, 160.0)):
+        p.feed(_ninja(9, t, n, 28))
+    assert p.cached == 5 and p.done == 8  # objects 2-6 within 2 s of the one before
+    assert "about 5 resumed from the compile cache" in p.line()
+    assert p.finish().startswith("compiled transformer-engine-torch 8/28 objects in ")
+
+
+def test_apex_runs_ninja_once_per_module_and_the_total_grows():
+    said = []
+    p = CompileProgress("apex", said.append, clock=Clock())
+    p.feed(_ninja(8, 160.1, 1, 1))
+    p.feed(_ninja(8, 327.8, 1, 15))
+    p.feed(_ninja(8, 409.9, 2, 15))
+    assert (p.done, p.total, p.runs) == (3, 16, 2)
+    assert "3/16 objects (more as apex's modules begin)" in p.line()
+
+
+def test_a_terminal_gets_one_live_line_and_the_closing_line_ends_it():
+    said, out = [], io.StringIO()
+    p = CompileProgress("flash-attn", said.append, live=True, clock=Clock())
+    p._stream = out
+    p.feed(_ninja(7, 10.0, 1, 73))
+    p.feed(_ninja(7, 110.0, 2, 73))
+    assert said == [] and out.getvalue().count("\r\033[K") == 2 and "2/73 objects" in out.getvalue()
+    said.append(p.finish())
+    assert said[-1].startswith("compiled flash-attn") and out.getvalue().endswith("\r\033[K")
+
+
+def test_output_without_ninja_says_so():
+    p = CompileProgress("mtp-tiny-add", [].append, clock=Clock())
+    p.feed("#5 1.0 running build_ext\n")
+    assert (
+        p.finish()
+        == "compiled mtp-tiny-add    in 0m00s (no ninja progress in its output; the log has it all)"
+    )
