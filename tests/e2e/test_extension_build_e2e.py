@@ -223,9 +223,9 @@ def test_without_a_mirror_the_build_fails_before_anything_compiles(world, tmp_pa
     """#38 item 2: a machine with no route to github.com and no url.insteadOf mirror, an empty
     wheel cache (the extension would compile first): the build stops in one line with the
     mirror fix before any compile, image or tag."""
-    identity = _rendered(world, "test-full")[0]
+    identity = _rendered(world, "test-cp-recompute")[0]
     env = {**world["env"], "MTP_CACHE_DIR": str(tmp_path / "fresh"), "GIT_CONFIG_GLOBAL": os.devnull}
-    proc = world_cli({**world, "env": env}, "--profile", "test-full")
+    proc = world_cli({**world, "env": env}, "--profile", "test-cp-recompute")
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
