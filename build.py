@@ -83,6 +83,15 @@ def _bootstrap() -> None:
         if missing == ["(no .venv/ yet)"]
         else f"it lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
     )
+    if not python.exists() and importlib.util.find_spec("ensurepip") is None:
+        # stock Debian/Ubuntu python3 has no venv support until python3-venv is installed:
+        # `-m venv` would leave a .venv/ without pip behind
+        print(
+            f"error: {sys.executable} cannot create .venv/: its venv module has no ensurepip "
+            "(fix: apt-get install python3-venv, or pip install -r requirements.txt yourself)",
+            file=sys.stderr,
+        )
+        sys.exit(3)
     print(f"build.py: installing pinned dependencies into {VENV.name}/ ({why})", file=sys.stderr)
     try:
         if not python.exists():

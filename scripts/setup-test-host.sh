@@ -4,7 +4,8 @@
 # Run as root. Idempotent: every step first checks whether its result is already
 # there, so a second run on a prepared host takes seconds.
 #
-#   1. apt packages: docker.io, docker-registry, debootstrap, squashfs-tools, git, curl
+#   1. apt packages: docker.io, docker-registry, debootstrap, squashfs-tools, git, curl,
+#      python3-venv (stock Debian's python3 cannot make scripts/test.sh's .venv without it)
 #   2. dockerd in the background (when `docker info` does not answer)
 #   3. a real registry (distribution 2.8, `docker-registry serve`) on 127.0.0.1:5000
 #   4. the base image mtp-test-base:bookworm, made with debootstrap + docker import
@@ -31,7 +32,7 @@ WAIT_S=${MTP_TEST_WAIT_S:-60}
 # pip-install local source trees with --no-build-isolation (setuptools + wheel) and
 # without any network access.
 BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,git,ca-certificates
-APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables iproute2 buildah)
+APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables iproute2 buildah python3-venv)
 # The multi-node job tests (#27): a real Slurm controller (munge authenticates it) and shellcheck.
 APT_PACKAGES+=(slurmctld slurm-client munge shellcheck)
 

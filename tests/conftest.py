@@ -126,3 +126,21 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite tests/golden/ from the current renders instead of comparing with them",
     )
+
+
+_ANNOUNCED: set[str] = set()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With -q the dots said nothing for minutes while e2e modules built images: name each
+    slow (e2e) module as it starts, with the time, so a reader knows what runs."""
+    path = item.nodeid.split("::", 1)[0]
+    if "/e2e/" in f"/{path}" and path not in _ANNOUNCED:
+        _ANNOUNCED.add(path)
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            import time
+
+            reporter.write_line(f"\n[{time.strftime('%H:%M:%S')}] {path}")
+    return None
