@@ -88,7 +88,7 @@ def cmd_bump(args) -> int:
     text = bumpreport.markdown(args.component, out, old_plans, status, review)
     _write_report(args.report, text)
     if out.failures:
-        code = refused(out)  # the reason first, on stderr
+        code = refused(out, m.root)  # the reason first, on stderr
         print(text)
         return code
     print(text)

@@ -100,7 +100,7 @@ def cmd_lock(args) -> int:
         m = load(m.root)  # as the previous lock run (if any) left them
         out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified, args.exclude_newer)
     if out.failures:
-        return refused(out)
+        return refused(out, m.root)
     if not out.written:
         for line in out.unverified:
             print(f"unverified: {line}", file=sys.stderr)
@@ -128,15 +128,18 @@ def cmd_lock(args) -> int:
     return 0
 
 
-def refused(out) -> int:
+def refused(out, root) -> int:
     """A run that failed a check: its errors first, then that nothing was written (no list of
     resolved versions before them: a set that does not resolve would "remove" every package)."""
     for line in out.failures:
         print(f"error: {line}", file=sys.stderr)
-    files = "components.yaml and lock.yaml" if out.moves else "lock.yaml"
+    from mtpimage.lock import lockfile
+
+    files = (
+        f"{lockfile.shown(root, 'components.yaml')} and lock.yaml" if out.moves else lockfile.shown(root)
+    )  # the manifests --manifests named, not always the checkout's
     print(
-        f"error: lock failed ({len(out.failures)} error(s) above): nothing written, "
-        f"manifests/{files} unchanged",
+        f"error: lock failed ({len(out.failures)} error(s) above): nothing written, {files} unchanged",
         file=sys.stderr,
     )
     for line in out.moved:

@@ -10,7 +10,8 @@
 # while the machine stays warm (30 s between calls).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-STAGE=/tmp/stage SITE=/tmp/site D=build/device/trainer
+# own folders: another device script (rl-proof.sh) may have staged on the same warm machine
+STAGE=/tmp/stage-sft SITE=/tmp/site-sft D=build/device/trainer
 case "$1" in
 stage)
     mkdir -p $STAGE
