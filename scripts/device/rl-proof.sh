@@ -2,7 +2,7 @@
 # ON THE DEVICE (an H200 machine of the `run` tool): issue 34's runs of verl's main_ppo with SGLang
 # rollout and the Megatron actor on one GPU, with the lock's packages, through the product's
 # images/checks/rl_check.py.
-#   rl-proof.sh stage DIR...    copy carries (build/device/rl/carry/cN) to /tmp/stage
+#   rl-proof.sh stage DIR...    copy carries (build/device/rl/carry/cN) to /tmp/rl-stage
 #   rl-proof.sh run PROFILE...  payload_install.py (every file at its sha256, every wheel's files
 #                               at their RECORD hash, the sglang patch, libnuma), then the sdists and
 #                               git sources with pip, the TE torch extension (the carried wheel if
@@ -13,7 +13,8 @@
 # live while the machine stays warm (30 s between calls).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-STAGE=/tmp/stage SITE=/tmp/site D=build/device/rl
+# own folders: trainer-proof.sh (another session's payload) may stage on the same machine
+STAGE=/tmp/rl-stage SITE=/tmp/rl-site D=build/device/rl
 case "$1" in
 stage)
     mkdir -p $STAGE
@@ -31,20 +32,29 @@ esac
 t0=$(date +%s)
 rm -rf $SITE && mkdir -p $SITE
 python3 scripts/device/payload_install.py $D/payload.json $STAGE $SITE | tee $OUT/install.json
-export PYTHONPATH=$SITE LD_LIBRARY_PATH=$SITE/_native${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PATH=$SITE/bin:$PATH
+# a folder on PYTHONPATH is no site dir: its .pth files are not read, so their path lines go on
+# PYTHONPATH too (nvidia_cutlass_dsl.pth: nvidia_cutlass_dsl/python_packages, the `cutlass` DSL)
+pth=$(python3 -c "
+import pathlib, sys
+site = pathlib.Path(sys.argv[1])
+dirs = [site / ln.strip() for p in sorted(site.glob('*.pth')) for ln in p.read_text().splitlines()
+        if ln.strip() and not ln.startswith(('#', 'import'))]
+print(':'.join(str(d) for d in dirs if d.is_dir()))" $SITE)
+export PYTHONPATH=$SITE${pth:+:$pth} LD_LIBRARY_PATH=$SITE/_native${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PATH=$SITE/bin:$PATH
+echo "PYTHONPATH=$PYTHONPATH"
 # the lock's pure-Python sdists (resolution.sdists: antlr4-python3-runtime)
 for sd in $STAGE/*.tar.gz; do
     case "$(basename "$sd")" in src-*|transformer_engine_torch-*) continue ;; esac
-    rm -rf /tmp/one
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/one "$sd" 2>&1 | tail -3 || true
-    cp -r /tmp/one/. $SITE/
+    rm -rf /tmp/rl-one
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/rl-one "$sd" 2>&1 | tail -3 || true
+    cp -r /tmp/rl-one/. $SITE/
 done
 # each source into a folder of its own, then merged: pip --target skips a top-level folder that
 # exists already (megatron/ is a namespace that Megatron-LM and Megatron-Bridge share)
 for src in $STAGE/src-*.tar.gz; do
-    rm -rf /tmp/src /tmp/one && mkdir /tmp/src && tar xzf "$src" -C /tmp/src
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/one /tmp/src/* 2>&1 | tail -3 || true
-    cp -r /tmp/one/. $SITE/
+    rm -rf /tmp/rl-src /tmp/rl-one && mkdir /tmp/rl-src && tar xzf "$src" -C /tmp/rl-src
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/rl-one /tmp/rl-src/* 2>&1 | tail -3 || true
+    cp -r /tmp/rl-one/. $SITE/
 done
 echo "installed in $(( $(date +%s) - t0 )) s"
 t1=$(date +%s)
@@ -52,15 +62,15 @@ t1=$(date +%s)
 # payload.json) when it loads here; otherwise built from the lock's sdist as trainer-proof.sh does
 te_ok=no
 if ls $STAGE/transformer_engine_torch-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/te-torch $STAGE/transformer_engine_torch-*.whl 2>&1 | tail -3 || true
-    cp -r /tmp/te-torch/. $SITE/
-    if python3 -c "import transformer_engine.pytorch" 2>/tmp/te.err; then te_ok="carried wheel"; else tail -3 /tmp/te.err; fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/rl-te-torch $STAGE/transformer_engine_torch-*.whl 2>&1 | tail -3 || true
+    cp -r /tmp/rl-te-torch/. $SITE/
+    if python3 -c "import transformer_engine.pytorch" 2>/tmp/rl-te.err; then te_ok="carried wheel"; else tail -3 /tmp/rl-te.err; fi
 fi
 if [ "$te_ok" = no ]; then
     NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_CUDA_ARCHS=90 MAX_JOBS=16 \
-        python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/te-build \
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/rl-te-build \
         $STAGE/transformer_engine_torch-*.tar.gz 2>&1 | tail -3
-    cp -r /tmp/te-build/. $SITE/
+    cp -r /tmp/rl-te-build/. $SITE/
     te_ok="built here from the sdist"
 fi
 echo "TE torch extension: $te_ok ($(( $(date +%s) - t1 )) s)"
@@ -72,7 +82,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t2=$(date +%s)
 pids=()
 for p in "$@"; do
-    python3 images/checks/rl_check.py --json --work /tmp/w-$p \
+    python3 images/checks/rl_check.py --json --work /tmp/rl-w-$p \
         --version-vector $D/profiles/$p/version.json --overrides $D/profiles/$p/rl.overrides \
         > $OUT/$p.json 2> $OUT/$p.err &
     pids+=($!)
@@ -89,5 +99,5 @@ for x in r['results']: print(' ', x['status'].upper(), x['id'], x['detail'][:300
 for x in r['runs']: print('  run', {k: x[k] for k in ('rc', 'seconds', 'steps', 'step_seconds', 'actor_peak_gib', 'gpu_peak_mib')})
 " 2>&1 || tail -5 $OUT/$p.err
 done
-tar czf $OUT/runs.tar.gz --exclude=ckpt --exclude=model --exclude=ray -C /tmp $(cd /tmp && ls -d w-*/runs) 2>/dev/null || true
+tar czf $OUT/runs.tar.gz --exclude=ckpt --exclude=model --exclude=ray -C /tmp $(cd /tmp && ls -d rl-w-*/runs) 2>/dev/null || true
 exit $rc

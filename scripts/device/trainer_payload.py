@@ -103,6 +103,49 @@ ZSTANDARD = Pinned(
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A file, or the bytes start:end of it as NAME.partNN (reassembled in order on the device)."""
+
+    file: str
+    start: int
+    end: int
+    part: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.file if self.part is None else f"{self.file}.part{self.part:02d}"
+
+
+TAR_MEMBER = 1024  # a tar header and the padding of a member, at most
+TAR_END = 16384  # the end blocks and tarfile's padding to a 10 KiB record, with room to spare
+
+
+def pack(sizes: dict[str, int], limit: int) -> list[list[Piece]]:
+    """Pieces of at most limit bytes (with their tar overhead) in as few bins as first-fit-
+    decreasing finds: a carry is one call of at most `limit`."""
+    part = limit - TAR_END - TAR_MEMBER
+    pieces = []
+    for name, size in sizes.items():
+        if size + TAR_MEMBER + TAR_END <= limit:
+            pieces.append(Piece(name, 0, size))
+        else:
+            pieces += [Piece(name, a, min(a + part, size), i) for i, a in enumerate(range(0, size, part))]
+    bins: list[list[Piece]] = []
+    room: list[int] = []
+    for piece in sorted(pieces, key=lambda x: (-(x.end - x.start), x.name)):
+        cost = piece.end - piece.start + TAR_MEMBER
+        for i, left in enumerate(room):
+            if cost <= left:
+                bins[i].append(piece)
+                room[i] -= cost
+                break
+        else:
+            bins.append([piece])
+            room.append(limit - TAR_END - cost)
+    return bins
+
+
 def closure(packages: dict, roots, stop) -> set[str]:
     fwd = collections.defaultdict(set)
     for name, row in packages.items():
@@ -329,44 +372,26 @@ def main() -> int:
             raise SystemExit(f"{sdist.name}: not the lock's sha256")
         listing.append(sdist.name)
         items.append({"file": sdist.name, "kind": "ext-sdist", "name": "transformer-engine-torch"})
-    # carries: a tar of whole files where they fit, large files split in parts
+    # carries: large files split in parts, then parts and files packed into as few tars of at
+    # most CARRY_MIB as first-fit-decreasing finds (a split file's last part shares a carry)
     carry = args.out / "carry"
     shutil.rmtree(carry, ignore_errors=True)
     carry.mkdir()
-    limit = CARRY_MIB * 2**20
-    bins: list[list[Path]] = [[]]
-    size = 0
-    big = []
-    for name in sorted(listing, key=lambda n: -(files / n).stat().st_size):
-        p = files / name
-        if p.stat().st_size > limit:
-            big.append(p)
-            continue
-        if size + p.stat().st_size > limit:
-            bins.append([])
-            size = 0
-        bins[-1].append(p)
-        size += p.stat().st_size
-    n = 0
+    bins = pack({name: (files / name).stat().st_size for name in listing}, CARRY_MIB * 2**20)
     manifest = {}
-    for p in big:
-        data = p.read_bytes()
-        for i in range(0, len(data), limit):
-            n += 1
-            d = carry / f"c{n}"
-            d.mkdir()
-            (d / f"{p.name}.part{i // limit:02d}").write_bytes(data[i : i + limit])
-            manifest[f"c{n}"] = [f"{p.name}.part{i // limit:02d}"]
-    for group in bins:
-        if not group:
-            continue
-        n += 1
+    for n, group in enumerate(bins, 1):
         d = carry / f"c{n}"
         d.mkdir()
         with tarfile.open(d / "files.tar", "w") as tar:
-            for p in group:
-                tar.add(p, arcname=p.name)
-        manifest[f"c{n}"] = [p.name for p in group]
+            for piece in group:
+                with open(files / piece.file, "rb") as f:
+                    f.seek(piece.start)
+                    data = f.read(piece.end - piece.start)
+                info = tarfile.TarInfo(piece.name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        manifest[f"c{n}"] = [piece.name for piece in group]
+    n = len(bins)
     sums = {name: hashlib.sha256((files / name).read_bytes()).hexdigest() for name in listing}
     payload = {"carries": manifest, "sha256": sums, "items": items, "profile": args.profile, "rl": args.rl}
     (args.out / "payload.json").write_text(json.dumps(payload, indent=1))

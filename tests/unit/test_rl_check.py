@@ -251,3 +251,21 @@ def test_a_crashed_run_fails_with_its_error_line(rl):
     got = rl.judge(expect, rl.RlResult("grpo", 1, 12.0, (), None, tail), 3)
     assert [(f.id, f.status) for f in got] == [("run", "fail")]
     assert got[0].detail.endswith("ValueError: Total available GPUs 0 is less than total desired GPUs 1")
+
+
+def test_carries_pack_split_parts_and_small_files_into_as_few_calls_as_fit():
+    payload = _load("trainer_payload", DEVICE)
+    mib = 2**20
+    limit = 58 * mib
+    sizes = {"big.tar.zst": 139 * mib, "mid.tar.zst": 40 * mib, "a": 15 * mib, "b": 3 * mib}
+    bins = payload.pack(sizes, limit)
+    # 197 MiB need 4 carries of 58; a split file's last part shares a carry with small files
+    assert len(bins) == 4
+    for group in bins:
+        assert sum(p.end - p.start + payload.TAR_MEMBER for p in group) + payload.TAR_END <= limit
+    parts = sorted((p for g in bins for p in g if p.file == "big.tar.zst"), key=lambda p: p.part)
+    assert [p.name for p in parts] == ["big.tar.zst.part00", "big.tar.zst.part01", "big.tar.zst.part02"]
+    assert parts[0].start == 0 and parts[-1].end == sizes["big.tar.zst"]
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    whole = {p.name for g in bins for p in g if p.part is None}
+    assert whole == {"mid.tar.zst", "a", "b"}
