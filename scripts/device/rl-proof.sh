@@ -10,7 +10,7 @@
 #                               profile at once; reports in $OUT
 # Prepared here by scripts/device/trainer_payload.py --rl --compress (files) and `build.py render`
 # (each profile's version vector and rl overrides under build/device/rl/profiles/P/). Staged files
-# live while the machine stays warm (30 s between calls).
+# live while the machine stays warm (30 s between calls). MTP_RL_STEPS (3), MTP_RL_TIMEOUT (s per run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # own folders: trainer-proof.sh (another session's payload) may stage on the same machine
@@ -82,7 +82,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t2=$(date +%s)
 pids=()
 for p in "$@"; do
-    python3 images/checks/rl_check.py --json --work /tmp/rl-w-$p \
+    python3 images/checks/rl_check.py --json --steps "${MTP_RL_STEPS:-3}" --work /tmp/rl-w-$p \
         --version-vector $D/profiles/$p/version.json --overrides $D/profiles/$p/rl.overrides \
         > $OUT/$p.json 2> $OUT/$p.err &
     pids+=($!)
