@@ -97,7 +97,7 @@ def rollout_settings() -> tuple[list[str], list[str]]:
     kw = "actor_rollout_ref.rollout.engine_kwargs.sglang."
     return (
         [
-            # verl picks flashinfer for sglang >= 0.5.12 (async_sglang_server.py:265-272), whose
+            # verl picks flashinfer for sglang >= 0.5.12 (async_sglang_server.py:271-277), whose
             # kernels are JIT-compiled at first use without flashinfer's AOT cache; FA3 is
             # sgl_kernel's precompiled one (SGLang's own default on Hopper), CUDA graphs off
             # because verl names FA3 graph capture broken on 0.5.12 (#22800)
