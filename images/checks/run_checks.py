@@ -1011,23 +1011,14 @@ def check_gpu(gpu: bool) -> list[dict]:
 
 
 TRAINER_OVERRIDES = Path("/opt/mtp/verl/sft.overrides")
+RL_OVERRIDES = Path("/opt/mtp/verl/rl.overrides")
 
 
-def check_trainer(gpu: bool, vector: dict) -> list[dict]:
-    """With --gpu: verl's own SFT trainer (Megatron engine) on a tiny MTP model with this
-    image's overrides, judged by trainer_check.py against the mode's promises, a result per
-    promise. Without a GPU: a skip that says so (the trainer needs CUDA)."""
-    if "sft" not in vector.get("targets", ["sft"]):
-        return [
-            result(
-                "trainer", SKIP, "the profile has no sft target; main_ppo with SGLang rollout is not run here"
-            )
-        ]
-    if not gpu:
-        return [result("trainer", SKIP, "verl's sft_trainer runs with --gpu (it needs CUDA)")]
-    script = HERE / "trainer_check.py"
+def _trainer_results(prefix: str, script: Path, overrides: Path) -> list[dict]:
+    """Run one trainer check script (trainer_check.py, rl_check.py) and report a result per
+    promise it judged, under `prefix` (its `info` findings pass as reported evidence)."""
     if not script.is_file():
-        return [result("trainer", FAIL, "trainer_check.py missing from the image")]
+        return [result(prefix, FAIL, f"{script.name} missing from the image")]
     argv = [
         sys.executable,
         str(script),
@@ -1035,17 +1026,17 @@ def check_trainer(gpu: bool, vector: dict) -> list[dict]:
         "--version-vector",
         str(VECTOR),
         "--overrides",
-        str(TRAINER_OVERRIDES),
+        str(overrides),
     ]
     proc = subprocess.run(argv, capture_output=True, text=True)
     report = _last_json(proc.stdout)
     if report is None:
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-        return [result("trainer", FAIL, f"exit {proc.returncode}, no report: {tail}")]
+        return [result(prefix, FAIL, f"exit {proc.returncode}, no report: {tail}")]
     notes = "; ".join(report.get("notes", []))
     out = [
         result(
-            f"trainer:{r['id']}",
+            f"{prefix}:{r['id']}",
             PASS if r["status"] == "info" else r["status"],
             ("reported: " if r["status"] == "info" else "") + r["detail"],
             1,
@@ -1053,7 +1044,29 @@ def check_trainer(gpu: bool, vector: dict) -> list[dict]:
         for r in report["results"]
     ]
     if notes:
-        out.append(result("trainer:notes", SKIP, notes))
+        out.append(result(f"{prefix}:notes", SKIP, notes))
+    return out
+
+
+def check_trainer(gpu: bool, vector: dict) -> list[dict]:
+    """With --gpu: verl's own trainers on a tiny MTP model with this image's overrides, judged
+    against the mode's promises, a result per promise: the SFT trainer (trainer_check.py,
+    `trainer:*`) where the profile has the sft target, main_ppo with SGLang rollout
+    (rl_check.py, `trainer:rl:*`) where it has the rl target and the image has sglang.
+    Without a GPU: a skip that says so (both need CUDA)."""
+    targets = vector.get("targets", ["sft"])
+    if not gpu:
+        return [result("trainer", SKIP, "verl's trainers run with --gpu (they need CUDA)")]
+    out = []
+    if "sft" in targets:
+        out += _trainer_results("trainer", HERE / "trainer_check.py", TRAINER_OVERRIDES)
+    if "rl" in targets:
+        if importlib.util.find_spec("sglang") is None:
+            out.append(result("trainer:rl", SKIP, "main_ppo with SGLang rollout: no sglang in this image"))
+        else:
+            out += _trainer_results("trainer:rl", HERE / "rl_check.py", RL_OVERRIDES)
+    if not out:
+        out.append(result("trainer", SKIP, f"the profile has neither an sft nor an rl target ({targets})"))
     return out
 
 

@@ -1,5 +1,5 @@
 """A tiny random-init MiMo with one MTP layer, its tokenizer and a chat data set, made at test
-time (nothing from a hub) for trainer_check.py.
+time (nothing from a hub) for trainer_check.py, and the prompt data set of rl_check.py.
 
 MiMo-7B-RL is Qwen2 (bias on q/k/v, untied head) plus `num_nextn_predict_layers` MTP layers;
 transformers has no `mimo` model type, so the folder carries its own configuration_mimo.py
@@ -8,6 +8,13 @@ transformers has no `mimo` model type, so the folder carries its own configurati
 safetensors by the standard library alone (the format is a JSON header and raw bytes), so the
 model is byte-identical for a seed and its making is tested without torch; the tokenizer needs
 the `tokenizers` package and the data set `pyarrow`, both in every image.
+
+SGLang serves the same folder: its MiMoForCausalLM (sglang/srt/models/mimo.py at 0.5.12) loads the
+trunk and skips `model.mtp_layers.*`; as an EAGLE draft, SGLang renames the architecture to MiMoMTP
+(srt/configs/model_config.py, _config_draft_model), whose loader maps `model.mtp_layers.0.*` onto
+its one MTP layer (models/mimo_mtp.py, map_model_name_to_mtp_param_name): the tensor names here
+are those. With verl's rollout defaults (skip_tokenizer_init, load_format dummy) SGLang reads only
+config.json (through configuration_mimo.py) and takes the weights from the trainer.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class MiMoConfig(Qwen2Config):
         super().__init__(**kwargs)
 '''
 ROWS = 256
+RL_ROWS = 64
+RL_SOURCE = "mtp-check/sums"
 INIT_STD = 0.02
 
 
@@ -231,9 +240,36 @@ def make_data(data_dir: Path, rows: list[list[dict]]) -> Path:
     return path
 
 
+def rl_rows(n: int = RL_ROWS) -> list[dict]:
+    """Prompts in verl's RL data set format (RLHFDataset: `prompt` as chat messages, and what the
+    reward manager reads: `data_source`, `reward_model.ground_truth`, `extra_info`)."""
+    out = []
+    for i, (user, assistant) in enumerate(corpus_rows(n)):
+        out.append(
+            {
+                "data_source": RL_SOURCE,
+                "prompt": [user],
+                "ability": "arithmetic",
+                "reward_model": {"style": "rule", "ground_truth": assistant["content"]},
+                "extra_info": {"index": i, "split": "train"},
+            }
+        )
+    return out
+
+
+def make_rl_data(data_dir: Path, rows: list[dict] | None = None) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "rl.parquet"
+    pq.write_table(pa.Table.from_pylist(rows if rows is not None else rl_rows()), path)
+    return path
+
+
 def make(work: Path, seed: int = 1234) -> Path:
-    """work/model (config, configuration_mimo.py, tokenizer, bf16 safetensors) and
-    work/data/train.parquet; returns the model folder."""
+    """work/model (config, configuration_mimo.py, tokenizer, bf16 safetensors),
+    work/data/train.parquet (chat rows) and work/data/rl.parquet (prompts); returns the model folder."""
     model_dir = work / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
     rows = corpus_rows()
@@ -242,6 +278,9 @@ def make(work: Path, seed: int = 1234) -> Path:
         raise ValueError(f"tokenizer vocabulary {ids['vocab']} exceeds the model's {MODEL['vocab_size']}")
     (model_dir / "config.json").write_text(json.dumps(config_json(ids), indent=2, sort_keys=True))
     (model_dir / "configuration_mimo.py").write_text(CONFIGURATION_MIMO)
+    # token ids only (no sampling defaults): SGLang and transformers look for the file and say so
+    gen = {k: config_json(ids)[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    (model_dir / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True))
     rng = random.Random(seed)
     tensors = {
         name: (shape, bf16_bytes(init_values(name, _count(shape), rng)))
@@ -249,6 +288,7 @@ def make(work: Path, seed: int = 1234) -> Path:
     }
     write_safetensors(model_dir / "model.safetensors", tensors)
     make_data(work / "data", rows)
+    make_rl_data(work / "data")
     return model_dir
 
 
