@@ -198,8 +198,9 @@ def render_profile(name: str, dest: Path) -> None:
         stdout=subprocess.DEVNULL,
     )
     shutil.copyfile(tmp / "mtp" / "version.json", dest / "version.json")
-    for f in ("sft.overrides", "rl.overrides"):
-        shutil.copyfile(tmp / "mtp" / "verl" / f, dest / f)
+    for f in ("sft.overrides", "rl.overrides"):  # a profile has the targets it has
+        if (tmp / "mtp" / "verl" / f).is_file():
+            shutil.copyfile(tmp / "mtp" / "verl" / f, dest / f)
     shutil.rmtree(tmp)
 
 
