@@ -16,7 +16,11 @@ class BuilderError(Exception):
     exit_code = EXIT_ENV
 
     def one_line(self) -> str:
-        return " ".join(str(self).split())
+        """The error as one line, with the user and password of any URL in it redacted (a
+        mirror's URL may carry a token: mirrors.py)."""
+        from mtpimage.mirrors import redact  # lazy: mirrors.py imports this module
+
+        return redact(" ".join(str(self).split()))
 
 
 class InputError(BuilderError):
