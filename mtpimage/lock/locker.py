@@ -475,7 +475,9 @@ def lock(
     except InputError as exc:
         if staged is None:
             raise
-        raise InputError(exc.where, exc.key, f"{exc.problem} ({_untouched(staged, m.root)})", exc.fix) from None
+        raise InputError(
+            exc.where, exc.key, f"{exc.problem} ({_untouched(staged, m.root)})", exc.fix
+        ) from None
     entries.sets.update(locker.sets)
     doc = _document(plans, cutoff, entries)
     locker.unverified.insert(
@@ -522,7 +524,9 @@ def lock(
 
 
 def _untouched(staged: str | None, root: Path) -> str:
-    what = lockfile.shown(root) if staged is None else f"{lockfile.shown(root, 'components.yaml')} and lock.yaml"
+    what = (
+        lockfile.shown(root) if staged is None else f"{lockfile.shown(root, 'components.yaml')} and lock.yaml"
+    )
     return f"{what} left unchanged"
 
 

@@ -448,7 +448,10 @@ def evaluate(
             elif known.status == PASS and evidence == "probe":
                 # asked to probe, and nothing was probed: a check that checked nothing never
                 # says pass (the known list's word is kept in the detail)
-                verdict, source = Verdict(UNKNOWN, f"{probed.detail}; the known pins say: {known.detail}"), evidence
+                verdict, source = (
+                    Verdict(UNKNOWN, f"{probed.detail}; the known pins say: {known.detail}"),
+                    evidence,
+                )
             else:  # an inconclusive probe never hides a known verdict (a known FAIL still refuses)
                 verdict = Verdict(
                     known.status, f"{known.detail} (the source probe was inconclusive: {probed.detail})"

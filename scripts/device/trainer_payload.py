@@ -119,8 +119,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="mtp-detach")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "device" / "trainer")
-    ap.add_argument("--ext-wheels", type=Path, metavar="VERSION_JSON",
-                    help="carry the compiled extension wheels this version vector names, from the wheel cache")
+    ap.add_argument(
+        "--ext-wheels",
+        type=Path,
+        metavar="VERSION_JSON",
+        help="carry the compiled extension wheels this version vector names, from the wheel cache",
+    )
     args = ap.parse_args()
     lock = yaml.safe_load((ROOT / "manifests" / "lock.yaml").read_text())
     pset = lock["python_sets"][lock["profiles"][args.profile]["python_set"]]["packages"]

@@ -259,7 +259,9 @@ def test_pin_then_verify_rebuilds_the_same_wheel_and_a_rewritten_entry_is_refuse
         )
         # SECOND's image exists when an earlier test built it ("up to date", nothing taken from
         # the cache): drop it, so this build must install the cache's wheel
-        world["host"].docker("image", "rm", "--no-prune", f"mtp-verl:{_rendered(world, SECOND)[0]}", check=False)
+        world["host"].docker(
+            "image", "rm", "--no-prune", f"mtp-verl:{_rendered(world, SECOND)[0]}", check=False
+        )
         proc = world_cli(world, "--profile", SECOND)
         assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

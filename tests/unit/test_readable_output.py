@@ -121,7 +121,6 @@ def test_the_main_jobs_base_error_comes_before_the_plan(tmp_path):
     import os
     import subprocess
     import sys
-
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]

@@ -404,7 +404,10 @@ def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed():
 
     def fetch(repo, commit):
         raise sources.GitError(
-            repo, "git fetch", f"fatal: unable to access '{repo}/': Could not resolve host: github.com", commit
+            repo,
+            "git fetch",
+            f"fatal: unable to access '{repo}/': Could not resolve host: github.com",
+            commit,
         )
 
     m = manifest.load()
@@ -427,7 +430,9 @@ def test_check_counts_unknown_apart_from_warnings_and_says_no_ok_over_them(capsy
     probes = {"recompute-padding-mask": rules.Verdict(rules.UNKNOWN, "not decided: source unreachable")}
     report.print_check(plan, rules.evaluate(plan, probes), resolution=False)
     head = capsys.readouterr().out.splitlines()[0]
-    assert head.startswith("mtp-cp-recompute: not decided (") and head.endswith(", 0 warnings, 1 unknown)"), head
+    assert head.startswith("mtp-cp-recompute: not decided (") and head.endswith(", 0 warnings, 1 unknown)"), (
+        head
+    )
     report.print_check(plan, rules.evaluate(plan), resolution=False)
     head = capsys.readouterr().out.splitlines()[0]
     assert head.startswith("mtp-cp-recompute: ok (") and head.endswith(" 0 errors, 0 warnings)"), head
