@@ -413,7 +413,7 @@ def _internal_error(exc: Exception) -> int:
     """Never a traceback for users; MTP_DEBUG=1 shows it."""
     if settings.current().debug:
         raise exc
-    from mtpimage.mirrors import redact
+    from mtpimage.errors import redact
 
     print(
         redact(f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)"),

@@ -19,8 +19,9 @@ compiled extensions' wheel keys, labels and layers).
                          that reference in the build context it sends, never in the rendered
                          Dockerfile (engine/containerengine.py mirrored_dockerfile).
 
-Credentials may sit in a mirror URL (`https://user:token@host/simple`); `redact()` takes
-them out of every line the tool prints or logs, and the build steps' own output too.
+Credentials may sit in a mirror URL (`https://user:token@host/simple`); `redact()` (errors.py's,
+imported here) takes them out of every line the tool prints or logs, and the build steps'
+own output too.
 Settings are read by settings.py; this module only parses and applies them (no network).
 """
 
@@ -31,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from mtpimage import settings
-from mtpimage.errors import InputError
+from mtpimage.errors import InputError, redact
 
 INDEX_SETTING = "MTP_INDEX_REWRITE"
 REGISTRY_SETTING = "MTP_REGISTRY_MIRROR"
@@ -39,14 +40,6 @@ REGISTRY_FLAG = "--registry-mirror"
 # the BuildKit secret that carries the index table into a build step (images/lib/mtp_pip.py
 # reads it at /run/secrets/<id>; the templates mount it in every step that runs pip)
 INDEX_SECRET = "index-mirrors"
-
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
-
-
-def redact(text: str) -> str:
-    """`text` with the user and password of every URL in it replaced by `****` (a mirror's
-    token must never reach a log, an error line or the terminal)."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}****@", text or "")
 
 
 def split_pairs(text: str) -> list[str]:
