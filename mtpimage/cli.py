@@ -334,9 +334,12 @@ def cmd_main(args):
     else:
         if not args.dry_run and not rules.errors(results):
             from mtpimage.build.pipeline import base_first
+            from mtpimage.commands.image import build_options
 
             # a build that cannot start says so in one line, not after 65 lines of plan
-            base_first(plan, image_of(plan, m.root), getattr(args, "registry", None))
+            base_first(
+                plan, image_of(plan, m.root), getattr(args, "registry", None), build_options(args).mirrors
+            )
         print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):
         return EXIT_RULES
@@ -410,8 +413,10 @@ def _internal_error(exc: Exception) -> int:
     """Never a traceback for users; MTP_DEBUG=1 shows it."""
     if settings.current().debug:
         raise exc
+    from mtpimage.errors import redact
+
     print(
-        f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)",
+        redact(f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)"),
         file=sys.stderr,
     )
     return 70

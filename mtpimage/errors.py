@@ -7,6 +7,8 @@ network) that is not the user's input.
 
 from __future__ import annotations
 
+import re
+
 EXIT_RULES = 1
 EXIT_INPUT = 2
 EXIT_ENV = 3
@@ -16,7 +18,19 @@ class BuilderError(Exception):
     exit_code = EXIT_ENV
 
     def one_line(self) -> str:
-        return " ".join(str(self).split())
+        """The error as one line, with the user and password of any URL in it redacted (a
+        mirror's URL may carry a token: mirrors.py)."""
+        return redact(" ".join(str(self).split()))
+
+
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
+
+
+def redact(text: str) -> str:
+    """`text` with the user and password of every URL in it replaced by `****` (a mirror's
+    token must never reach a log, an error line or the terminal). Here, below every module
+    that prints, so that errors, the build's output (engine) and mirrors.py share it."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}****@", text or "")
 
 
 class InputError(BuilderError):

@@ -46,7 +46,8 @@ VARIABLES = (
     Variable("MTP_SUBSTITUTE_BASE", "", "build on this base (`NAME:TAG@sha256:...`) instead of the profile's; recorded in the plan and identity (flag: `--substitute-base`)"),
     Variable("MTP_OMIT_PACKAGES", "", "leave these pinned packages out (comma or space separated); recorded in the plan and identity (flag: `--omit-packages`)"),
     Variable("MTP_GIT_ALLOW_MISSING_BLOBS", "", "`1`: accept a mirror that lacks some blobs of a pinned commit (commit and trees fetched, missing paths recorded)"),
-    Variable("MTP_INDEX_REWRITE", "", "index mirrors: `FROM=TO` pairs separated by spaces or `;` (longest FROM wins); the lock keeps the manifests' URLs"),
+    Variable("MTP_INDEX_REWRITE", "", "index mirrors: `FROM=TO` pairs separated by spaces or `;` (longest FROM wins), for `lock` and builds (pip inside the build steps, through the BuildKit secret `index-mirrors`); the lock and the rendered files keep the manifests' URLs"),
+    Variable("MTP_REGISTRY_MIRROR", "", "registry mirrors: `REGISTRY=HOST[:PORT][/PREFIX]` pairs separated by spaces or `;` (`docker.io=...`): the base image is pulled by its digest from there; in no layer, label or identity (flag: `--registry-mirror`)"),
     Variable("MTP_CA_BUNDLE", "", "CA bundle for index downloads (before PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)"),
     Variable("MTP_LOCK_REFRESH", "", "`1`: `lock` asks the indexes again instead of answering from uv's cache"),
     Variable("MTP_NET_RETRIES", "3", "attempts per network step (git, indexes, pushes), the first one included"),
@@ -117,11 +118,6 @@ class Settings:
     @property
     def git_allow_missing_blobs(self) -> bool:
         return self.get("MTP_GIT_ALLOW_MISSING_BLOBS") == "1"
-
-    @property
-    def index_rewrite(self) -> tuple[tuple[str, str], ...]:
-        text = self.get("MTP_INDEX_REWRITE")
-        return tuple(tuple(p.split("=", 1)) for p in re.split(r"[;\s]+", text) if "=" in p)  # type: ignore[misc]
 
     @property
     def ca_bundle(self) -> str:

@@ -4,7 +4,8 @@
   patch-source     apply a component's vendored patches to its source tree (git apply -pN)
   patch-installed  apply them to an installed wheel, relative to site-packages
   build-source     patch a git source, build its wheel in a throwaway venv holding only its
-                   locked build backends (hash-checked), install it with --no-deps
+                   locked build backends (hash-checked, fetched through the site's index
+                   mirrors when the build has them: mtp_pip.py), install it with --no-deps
   pip-check        `pip check`, accepting only what lock.yaml's overrides/excludes and the
                    sources installed without their declared dependencies explain
   record           write /opt/mtp/installed/<name>.json: the commit the source came from
@@ -55,6 +56,16 @@ def _source_root(src: Path) -> Path:
     return next((p for p in (src, *src.parents) if (p / ".mtp-source.json").is_file()), src)
 
 
+def _through_mirrors(pip_args: list[str]) -> list[str]:
+    """pip's arguments through the build's index mirrors (mtp_pip.py, beside this file)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from mtp_pip import rewrite
+
+    return rewrite(pip_args)
+
+
 def _build_source(args, patches) -> int:
     _apply(patches, _source_root(args.src))
     venv = Path(f"/tmp/mtp-bv-{args.name}")
@@ -64,20 +75,17 @@ def _build_source(args, patches) -> int:
     subprocess.run([sys.executable, "-m", "venv", *flags, str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     if args.build_requirements:
-        subprocess.run(
-            [
-                *pip,
-                "install",
-                "--no-deps",
-                "--require-hashes",
-                "--only-binary=:all:",
-                "--index-url",
-                args.index_url,
-                "-r",
-                str(args.build_requirements),
-            ],
-            check=True,
-        )
+        install = [
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "--index-url",
+            args.index_url,
+            "-r",
+            str(args.build_requirements),
+        ]
+        subprocess.run([*pip, *_through_mirrors(install)], check=True)
     subprocess.run(
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(args.src)],
         check=True,

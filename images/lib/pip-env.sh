@@ -8,3 +8,11 @@ if [ -s /run/secrets/ca-bundle ]; then
     export REQUESTS_CA_BUNDLE=/run/secrets/ca-bundle
     export GIT_SSL_CAINFO=/run/secrets/ca-bundle
 fi
+# The site's index mirrors (MTP_INDEX_REWRITE): the tool passes the table of this plan's index
+# URLs and their mirrors as the secret `index-mirrors` (empty without mirrors), and `pip` in
+# this step then fetches through them (mtp_pip.py rewrites --index-url/--extra-index-url);
+# the rendered command lines keep the manifests' URLs. The table may hold a token: not shown.
+if [ -s /run/secrets/index-mirrors ]; then
+    echo "pip-env: pip in this step fetches through the site's index mirrors (MTP_INDEX_REWRITE)"
+    pip() { python /tmp/mtp-build/lib/mtp_pip.py "$@"; }
+fi

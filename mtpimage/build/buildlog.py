@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpimage.mirrors import INDEX_SETTING
+
 HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE"
 # BuildKit's plain progress puts `#<step> <seconds> ` before each line a RUN prints
 _STEP = re.compile(r"^#\d+ \d+(?:\.\d+)? ")
@@ -55,19 +57,38 @@ _ARGV_VERDICT = re.compile(r"""^error: [Cc]ommand '\[['"]([^'"]+)['"].*\]' ((?:f
 CAUSE_WIDTH = 240  # characters of each cause line
 
 
+# pip, when an index does not answer: `WARNING: Retrying (Retry(total=4, ...)) after connection
+# broken by 'NewConnectionError('...: Failed to establish a new connection: [Errno 111]
+# Connection refused')': /simple/x/`; the reason is the part after the last colon
+_RETRYING = re.compile(r"Retrying \(Retry\(.*\)\) after connection broken by '(?P<why>.*)': (?P<path>\S+)")
+_NOT_FOUND = re.compile(
+    r"(?:No matching distribution found for|Could not find a version that satisfies the requirement) (?P<req>\S+)"
+)
+
+
 class Watcher:
     """Fed every output line of a build; remembers pip's hash mismatches and the lines that
-    say why a step failed."""
+    say why a step failed. `through_mirror`: pip fetched through the site's index mirrors
+    (MTP_INDEX_REWRITE), so what it could not get is the mirror's to serve, and the line
+    names the setting."""
 
-    def __init__(self) -> None:
+    def __init__(self, through_mirror: bool = False) -> None:
+        self.through_mirror = through_mirror
         self.mismatches: list[Mismatch] = []
         self._in_block = False
         self.diagnostic: str | None = None  # the first compiler error
         self.verdict: str | None = None  # the last build backend / pip error line
+        self.unreachable: str | None = None  # why pip's first connection to an index broke
+        self.not_found: str | None = None  # a requirement no index served
 
     def feed(self, line: str) -> None:
         text = _STEP.sub("", line.rstrip("\r\n"))
         bare = text.strip()
+        if self.unreachable is None and (m := _RETRYING.search(bare)):
+            why = re.sub(r"[')\s]+$", "", m["why"]).rsplit(": ", 1)[-1]
+            self.unreachable = f"{why[:CAUSE_WIDTH]} (at {m['path']})"
+        if self.not_found is None and (m := _NOT_FOUND.search(bare)):
+            self.not_found = m["req"]
         if self.diagnostic is None and _DIAGNOSTIC.match(bare):
             self.diagnostic = bare[:CAUSE_WIDTH]
         elif _VERDICT.match(bare) and not any(e in bare for e in _ENGINE):
@@ -100,9 +121,32 @@ class Watcher:
             + "; ".join(
                 f"{m.requirement} from {m.url} has sha256 {m.got}, lock.yaml pins {m.expected}" for m in done
             )
-            + " (fix: the file changed under the same URL (a re-upload, or a mirror serving other "
-            "bytes); find out why before `python build.py lock` records the new hash)"
+            + (
+                f" (fix: the index mirror that {INDEX_SETTING} sends pip to serves other bytes than the "
+                "index the lock was made from: make the mirror serve the original files (resync it, "
+                "or drop its rebuilt copy), or correct the setting; the lock stays as it is)"
+                if self.through_mirror
+                else " (fix: the file changed under the same URL (a re-upload, or a mirror serving other "
+                "bytes); find out why before `python build.py lock` records the new hash)"
+            )
         )
+
+    def mirror_line(self) -> str | None:
+        """Through a mirror: what pip could not get, as one line naming the setting; else None."""
+        if not self.through_mirror:
+            return None
+        if self.unreachable:
+            return (
+                f"pip inside the build could not reach the index mirror set by {INDEX_SETTING}: "
+                f"{self.unreachable} (fix: check that the mirror runs and answers from this machine's "
+                f"build steps, or correct {INDEX_SETTING})"
+            )
+        if self.not_found:
+            return (
+                f"the index mirror set by {INDEX_SETTING} does not serve {self.not_found} "
+                f"(fix: make the mirror serve every file lock.yaml pins, or correct {INDEX_SETTING})"
+            )
+        return None
 
 
 def explain(lines) -> str | None:
@@ -161,5 +205,8 @@ def failure(watch: Watcher, tail: list[str], log: Path | None, target: str | Non
     if refused:
         return refused
     where = f"build of stage {target} failed" if target else "build failed"
+    mirror = watch.mirror_line()
+    if mirror:  # its own fix, then where the log is
+        return f"{where}: {mirror[:-1]}; full log: {log})" if log is not None else f"{where}: {mirror}"
     text = f"{where}: {cause(watch, tail)}"
     return text + (f" (full log: {log})" if log is not None else "")

@@ -25,6 +25,7 @@ from mtpimage.build.render import Rendered, render
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from mtpimage.lock import lockfile
 from mtpimage.manifests.manifest import Manifests
+from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
 from mtpimage.outputs.versionvector import identity_labels
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.publish import release
@@ -86,7 +87,8 @@ class JobResult:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How to build: BuildKit secrets, builder, cache and output (none of it in the identity)."""
+    """How to build: BuildKit secrets, mirrors, builder, cache and output (none of it in the
+    identity)."""
 
     ca_bundle: Path | None = None
     netrc: Path | None = None
@@ -95,6 +97,13 @@ class BuildOptions:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
+    # the site's index and registry mirrors (MTP_INDEX_REWRITE, --registry-mirror or
+    # MTP_REGISTRY_MIRROR); the environment's unless the command line gave them
+    mirrors: Mirrors = field(default_factory=Mirrors.configured)
+
+    def mirrors_for(self, plan: Plan) -> BuildMirrors:
+        """What a build of `plan` gets: the table of its index URLs, the registry mirrors."""
+        return self.mirrors.for_build(url for _name, url in plan.indexes)
 
 
 @dataclass(frozen=True)
@@ -123,11 +132,26 @@ def check_frozen(job: MainJob, warn: Say = _warn) -> None:
     lockfile.check_frozen(job.manifests, job.plan)
 
 
-def base_preflight(plan: Plan) -> None:
-    """The base must be present locally or its registry reachable; say which, clearly."""
+def base_preflight(plan: Plan, mirrors: BuildMirrors | None = None) -> None:
+    """The base must be present locally or its registry reachable (through a registry mirror
+    that serves it: the mirror); say which, clearly."""
     from mtpimage.publish.registryclient import RegistryUnreachable, answers
 
     base = plan.base_image
+    mirrored = (mirrors or BuildMirrors()).base(base)
+    if mirrored is not None:
+        ref, mirror = mirrored
+        if release.local_id(ref) is not None:
+            return
+        try:
+            answers(mirror.host)
+        except RegistryUnreachable as exc:
+            from mtpimage.engine.containerengine import MirroredBase
+
+            raise MirroredBase(base, ref, mirror).failed(
+                f"registry {mirror.host} cannot be reached ({exc.reason})"
+            ) from None
+        return
     if release.local_id(base) is not None:
         return
     host = ImageRef.parse(base, flag="base image").host
@@ -143,12 +167,47 @@ def base_preflight(plan: Plan) -> None:
         ) from None
 
 
-def base_first(plan: Plan, image: str, registry) -> None:
+def base_first(plan: Plan, image: str, registry, mirrors: Mirrors | None = None) -> None:
     """The base preflight before anything is printed, where the build would need the base: the
     docker engine, the image not here, no registry that could answer "up to date"."""
     if engine.current().name != "docker" or registry is not None or release.local_id(image) is not None:
         return
-    base_preflight(plan)
+    base_preflight(plan, BuildOptions(mirrors=mirrors or Mirrors.configured()).mirrors_for(plan))
+
+
+def fetched_indexes(plan: Plan) -> dict[str, str]:
+    """{index URL: a project the build fetches from it}: the indexes of the locked rows (build
+    backends included), of the packages and of the PyPI components. A git source installed
+    from its tree asks an index only for dependencies it declares, which the plan cannot tell."""
+    urls = dict(plan.indexes)
+    wanted = [(e[3], e[0]) for e in plan.locked]
+    wanted += [(p.index, p.name) for p in plan.packages if p.build is None]
+    wanted += [(c.index, c.package) for c in plan.components if c.source == "pypi"]
+    out: dict[str, str] = {}
+    for index, project in wanted:
+        if index in urls:
+            out.setdefault(urls[index], project)
+    return out
+
+
+def index_preflight(plan: Plan, mirrors: BuildMirrors) -> None:
+    """Each index mirror the build fetches from answers, asked from here before any build step:
+    a mirror that is down fails in one line naming the setting, not after pip's retries in
+    the middle of a build (or hours into a compile)."""
+    from mtpimage.lock.pydeps import probe_index
+
+    fetched = fetched_indexes(plan)
+    for origin, mirror in mirrors.indexes:
+        if origin not in fetched:
+            continue
+        # a page the build asks for (a 404 answers too: pip then names what is missing)
+        why = probe_index(origin, fetched[origin])
+        if why:
+            raise EnvironmentProblem(
+                f"the index mirror {redact(mirror)} that {INDEX_SETTING} gives for {origin} does not "
+                f"answer: {redact(why)} (fix: start or reach the mirror, or correct {INDEX_SETTING}; "
+                "every file is checked against lock.yaml's sha256 whichever index serves it)"
+            )
 
 
 def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
@@ -156,7 +215,7 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
     A size budget the image exceeds fails here, before any tag."""
     eng = engine.current()
     if eng.name == "docker":  # buildah pulls the base by its digest into a clean builder
-        base_preflight(plan)
+        base_preflight(plan, options.mirrors_for(plan))
     t0 = time.monotonic()
     req = build_request(plan, rendered, options, say)
     say(f"build   {rendered.identity} with {eng.describe()}")
@@ -174,6 +233,10 @@ def build_request(
     image's provenance labels); the same for every engine and for verify's rebuild."""
     from mtpimage.build.buildctx import build_context, fetch_sources_first
 
+    mirrors = options.mirrors_for(plan)
+    if mirrors.describe():
+        say(f"mirrors {mirrors.describe()}")
+    index_preflight(plan, mirrors)
     fetch_sources_first(rendered, say)  # every source before the first compile (#38 item 2)
     wheels = extension_wheels(plan, rendered, options, say)
     return engine.BuildRequest(
@@ -182,6 +245,7 @@ def build_request(
             **(identity_labels(rendered.identity) if labels is None else labels),
             **extension_labels(wheels),
         },
+        mirrors=mirrors,
         ca_bundle=options.ca_bundle,
         netrc=options.netrc,
         builder=options.builder,
@@ -229,6 +293,7 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
                 target=target,
                 output_dir=out_dir,
                 build_args=tuple(build_args),
+                mirrors=options.mirrors_for(rendered.plan),
                 network="host",  # the compile cache is served on the host's loopback
                 no_cache=options.no_cache,
                 on_line=on_line,

@@ -423,10 +423,7 @@ def _builders(plan: Plan, images: Path, install_layers: list[dict]) -> tuple[lis
     for pkg in pkgs:
         spec = extensions.builder_spec(plan, pkg, _index_url(plan, PYPI))
         spec["text"] = template.render(b=spec).rstrip("\n") + "\n"
-        # comment lines say why, not what is run: editing them must not recompile for hours
-        steps = "".join(
-            ln for ln in spec["text"].splitlines(keepends=True) if not ln.lstrip().startswith("#")
-        )
+        steps = extensions.recipe_lines(spec["text"])
         spec["recipe"] = f"{steps}# {extensions.BUILD_HELPER} sha256 {helper}\n"
         out.append(spec)
     return out, after

@@ -41,10 +41,12 @@ def group(rendered: list[Rendered]) -> dict[str, list[Rendered]]:
 def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say) -> str:
     """BuildKit build of the stack with its cache inside the image; the untagged image id."""
     from mtpimage.build.buildctx import build_context
-    from mtpimage.build.pipeline import base_preflight, extension_labels, extension_wheels
+    from mtpimage.build.pipeline import base_preflight, extension_labels, extension_wheels, index_preflight
 
     plan = rendered.plan
-    base_preflight(plan)
+    mirrors = options.mirrors_for(plan)
+    base_preflight(plan, mirrors)
+    index_preflight(plan, mirrors)
     t0 = time.monotonic()
     cut = stack.stack_rendered(rendered)
     wheels = extension_wheels(plan, cut, options, say)
@@ -58,6 +60,7 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
         engine.BuildRequest(
             context_tar=context,
             labels={stack.STACK_LABEL: stack.stack_key(rendered), **extension_labels(wheels)},
+            mirrors=mirrors,
             ca_bundle=options.ca_bundle,
             netrc=options.netrc,
             builder=options.builder,

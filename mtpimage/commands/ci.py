@@ -204,6 +204,9 @@ def _register_jobs(subparsers, add_common) -> None:
     ):
         p.add_argument(flag, type=kind, help=text)
     p.add_argument("--cache-from", action="append", metavar="SPEC", help="another BuildKit cache source")
+    from mtpimage.commands.image import add_registry_mirror
+
+    add_registry_mirror(p)
     p.set_defaults(func=cmd_stack, no_cache=False)
 
     p = subparsers.add_parser(

@@ -27,8 +27,29 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+REGISTRY_MIRROR_HELP = (
+    "pull the base of REGISTRY by its digest from this mirror (repeatable; default: "
+    "$MTP_REGISTRY_MIRROR); in no layer, label or identity"
+)
+
+
+def add_registry_mirror(p: argparse.ArgumentParser, default=None) -> None:
+    """--registry-mirror, on every command that builds (the main job, test, stack, verify's
+    rebuild, wheels verify)."""
+    p.add_argument(
+        "--registry-mirror",
+        action="append",
+        default=default,
+        metavar="REGISTRY=HOST[:PORT][/PREFIX]",
+        help=REGISTRY_MIRROR_HELP,
+    )
+
+
 def build_options(args) -> BuildOptions:
+    from mtpimage.mirrors import Mirrors
+
     return BuildOptions(
+        mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)),
         ca_bundle=getattr(args, "ca_bundle", None),
         netrc=getattr(args, "netrc", None),
         builder=getattr(args, "builder", None),
@@ -174,6 +195,7 @@ def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
         default=d if not main else False,
         help="build without the BuildKit cache",
     )
+    add_registry_mirror(p, d)
     p.add_argument(
         "--gpu",
         action="store_true",
@@ -220,6 +242,7 @@ def register(subparsers, add_common) -> None:
         progress=None,
         no_cache=False,
         engine=None,
+        registry_mirror=None,
     )
 
 

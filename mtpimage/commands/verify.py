@@ -43,6 +43,8 @@ def cmd_verify(args) -> int:
 
 
 def register(subparsers, add_common) -> None:
+    from mtpimage.commands.image import add_registry_mirror
+
     p = subparsers.add_parser(
         "verify",
         help="rebuild a published image's plan on a clean builder and compare it layer by layer",
@@ -54,4 +56,5 @@ def register(subparsers, add_common) -> None:
     )
     p.add_argument("--ca-bundle", type=Path, metavar="PATH", help="CA bundle for HTTPS inside the rebuild")
     p.add_argument("--netrc", type=Path, metavar="PATH", help="netrc with index tokens for the rebuild")
+    add_registry_mirror(p)
     p.set_defaults(func=cmd_verify, progress=argparse.SUPPRESS)

@@ -27,6 +27,8 @@ KEY_WIDTH = 12  # what `list` prints of a key; `resolve` accepts it back
 
 
 def register(subparsers, add_common) -> None:
+    from mtpimage.commands.image import add_registry_mirror
+
     p = subparsers.add_parser(
         "wheels",
         help="the extension wheel cache: list, push to / pull from a registry, remove",
@@ -78,6 +80,7 @@ def register(subparsers, add_common) -> None:
     sp.add_argument("--profile", metavar="P", help="the profile whose plan has KEY (default: look in all)")
     sp.add_argument("--ca-bundle", type=Path, metavar="PATH", help="CA bundle for HTTPS inside the build")
     sp.add_argument("--netrc", type=Path, metavar="PATH", help="netrc with index tokens for the build")
+    add_registry_mirror(sp)
     sp.set_defaults(func=cmd_verify)
 
     sp = subs.add_parser(
@@ -298,6 +301,7 @@ def cmd_verify(args) -> int:
     from mtpimage.build.pipeline import BuildOptions, extension_builder
     from mtpimage.ext import extbuild, wheelcheck
     from mtpimage.ext.wheelcache import WheelCache
+    from mtpimage.mirrors import Mirrors
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
@@ -313,7 +317,12 @@ def cmd_verify(args) -> int:
     def progress(msg: str) -> None:  # the build's own progress goes to stderr
         print(msg, file=sys.stderr, flush=True)
 
-    options = BuildOptions(ca_bundle=args.ca_bundle, netrc=args.netrc, no_cache=True)
+    options = BuildOptions(
+        ca_bundle=args.ca_bundle,
+        netrc=args.netrc,
+        no_cache=True,
+        mirrors=Mirrors.configured(args.registry_mirror),
+    )
     progress(
         f"compile {pkg.name} {pkg.version} for key {key[:KEY_WIDTH]} ({rendered.plan.profile}), no cache"
     )

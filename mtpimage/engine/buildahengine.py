@@ -16,6 +16,10 @@ same rendered Dockerfile bit for bit when:
   - the result exported uncompressed and normalised (ocilayout.py).
 RUN steps use the host's network (`--network host`): buildah's default (CNI) would create a
 bridge and NAT rules on the host, beside dockerd's.
+Through a site's mirrors (mirrors.py) the build is the same: every secret is given (empty when
+the run has none), and a base a registry mirror serves is pulled from there by its digest and
+named so in the unpacked context's FROM only (buildah records nothing of the name: the same
+digest FROM either reference, measured with a one-step Dockerfile).
 The normalised layout is kept in the cache (`$MTP_CACHE_DIR/oci/<image id>`) and loaded into
 dockerd untagged, so the in-image checks, tags, history and labels are the Docker engine's
 (this class inherits them); a push uploads exactly the layout's bytes through the registry
@@ -39,7 +43,16 @@ from pathlib import Path
 from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
-from mtpimage.engine.containerengine import BuildFailed, BuildRequest, PushFailed, build_options
+from mtpimage.engine.containerengine import (
+    BuildFailed,
+    BuildRequest,
+    PushFailed,
+    base_images,
+    build_options,
+    mirrored_bases,
+    mirrored_dockerfile,
+    secret_files,
+)
 from mtpimage.engine.dockerengine import DockerEngine, _stream_build
 from mtpimage.errors import EnvironmentProblem, InputError
 
@@ -133,19 +146,10 @@ def sweep_stale(parent: Path) -> list[str]:
     return gone
 
 
-def base_images(dockerfile: str) -> list[str]:
-    """The images the Dockerfile's stages start FROM (not its own stages, not scratch)."""
-    stages, bases = set(), []
-    for m in re.finditer(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?\s*$", dockerfile, re.M | re.I):
-        ref, name = m.group(1), m.group(2)
-        if ref.lower() != "scratch" and ref not in stages and ref not in bases:
-            bases.append(ref)
-        if name:
-            stages.add(name)
-    return bases
-
-
-def _pull_base(store: Storage, ref: str) -> None:
+def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
+    """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
+    registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
+    setting)."""
     from mtpimage.publish.imageref import is_loopback
     from mtpimage.publish.registryclient import RegistryUnreachable, answers
 
@@ -154,6 +158,8 @@ def _pull_base(store: Storage, ref: str) -> None:
     proc = store.run("pull", "--quiet", tls, ref)
     if proc.returncode == 0:
         return
+    if mirrored is not None:
+        raise mirrored.failed(proc.stderr)
     try:
         answers(host)
         why = " ".join(proc.stderr.split())[-300:]
@@ -220,20 +226,26 @@ class BuildahEngine(DockerEngine):
                 # the tool's own context tar (git sources may hold links that point outside)
                 kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
                 tar.extractall(ctx, **kwargs)  # noqa: S202
+            dockerfile = (ctx / "Dockerfile").read_text()
+            bases = mirrored_bases(dockerfile, req.mirrors)
+            if bases:  # in the unpacked context only: FROM the mirror's reference, same digest
+                (ctx / "Dockerfile").write_text(mirrored_dockerfile(dockerfile, bases))
+            through = {b.mirror_ref: b for b in bases}
             for ref in base_images((ctx / "Dockerfile").read_text()):
-                _pull_base(store, ref)
+                _pull_base(store, ref, through.get(ref))
             iidfile = store.root / "iid"
-            watch = buildlog.Watcher()
+            watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
             own_log = log_path is None  # the tool's own log of this build: kept only when it fails
             log_path = log_path or buildlog.new_log(req.target or "image")
-            code, tail = _stream_build(
-                store.argv("bud", *self._bud_argv(req, iidfile), str(ctx)),
-                dict(os.environ),
-                b"",
-                log_path,
-                echo,
-                watch,
-            )
+            with secret_files(req) as secrets:
+                code, tail = _stream_build(
+                    store.argv("bud", *self._bud_argv(req, iidfile, secrets), str(ctx)),
+                    dict(os.environ),
+                    b"",
+                    log_path,
+                    echo,
+                    watch,
+                )
             if code != 0:
                 raise BuildFailed(buildlog.failure(watch, tail, log_path, req.target))
             if own_log:
@@ -248,9 +260,11 @@ class BuildahEngine(DockerEngine):
         finally:
             store.close()
 
-    def _bud_argv(self, req: BuildRequest, iidfile: Path) -> list[str]:
+    def _bud_argv(
+        self, req: BuildRequest, iidfile: Path, secrets: dict[str, Path] | None = None
+    ) -> list[str]:
         argv = [*BUD_OPTIONS, "--iidfile", str(iidfile), "-f", "Dockerfile"]
-        argv += build_options(req, BUILD_ARGS)
+        argv += build_options(req, BUILD_ARGS, secrets)
         # the host's network: buildah's own (CNI) would add a bridge and NAT rules to the host
         argv += ["--network", req.network or "host"]
         if req.target:

@@ -15,13 +15,17 @@ tag name?") is dockersocket.quick_image_id, one standard-library request on the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
+from mtpimage.mirrors import INDEX_SECRET, REGISTRY_SETTING, BuildMirrors, RegistryMirror
 
 
 class BuildFailed(BuilderError):
@@ -46,6 +50,9 @@ class BuildRequest:
     # Reads every output line instead of the terminal (a compile's progress: compileprogress.py);
     # the full output then goes only to the build's log.
     on_line: Callable[[str], None] | None = None
+    # the site's index and registry mirrors (mirrors.py): given to the build as a secret and as
+    # the FROM of the context sent, never in the rendered text, so never in the identity
+    mirrors: BuildMirrors = field(default_factory=BuildMirrors)
 
 
 @dataclass(frozen=True)
@@ -230,18 +237,98 @@ def registry_host(ref: str) -> str | None:
     return parsed.host if parsed.explicit_host else None
 
 
-def build_options(req: BuildRequest, build_args: tuple = ()) -> list[str]:
+# Every secret a template mounts. Each is always given, as an empty file when the run has
+# none: buildah 1.28 leaves an empty /run/secrets/ in a step's layer only when a secret was
+# given (seen with a one-step Dockerfile), so a build with a CA bundle or through mirrors
+# would otherwise differ from one without in every layer that runs pip.
+SECRETS = ("ca-bundle", "netrc", INDEX_SECRET)
+
+
+@contextlib.contextmanager
+def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
+    """{secret id: file} for one build: the request's CA bundle and netrc (checked to exist),
+    the mirrors' index table, empty files for the rest; the written ones are removed after
+    the build (mode 0600: the table may hold a mirror's token)."""
+    given = {"ca-bundle": req.ca_bundle, "netrc": req.netrc}
+    for sid, path in given.items():
+        if path is not None and not Path(path).is_file():
+            raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+    from mtpimage import janitor
+
+    with tempfile.TemporaryDirectory(prefix="mtp-secrets-") as tmp:
+        janitor.guard(Path(tmp))  # removed at once should the tool be killed (a token may be in it)
+        out: dict[str, Path] = {}
+        for sid in SECRETS:
+            if given.get(sid) is not None:
+                out[sid] = Path(given[sid]).resolve()
+                continue
+            path = Path(tmp) / sid
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(req.mirrors.secret() if sid == INDEX_SECRET else b"")
+            out[sid] = path
+        yield out
+
+
+def build_options(
+    req: BuildRequest, build_args: tuple = (), secrets: dict[str, Path] | None = None
+) -> list[str]:
     """--build-arg, --label and --secret as `docker build` and `buildah bud` both spell them
-    (build_args first, then the request's); a secret file that is not there is one line."""
+    (build_args first, then the request's); `secrets` from secret_files()."""
     argv: list[str] = []
     for key, value in (*build_args, *req.build_args):
         argv += ["--build-arg", f"{key}={value}"]
     for key, value in sorted(req.labels.items()):
         argv += ["--label", f"{key}={value}"]
-    for sid, path in (("ca-bundle", req.ca_bundle), ("netrc", req.netrc)):
-        if path is not None:
-            p = Path(path)
-            if not p.is_file():
-                raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
-            argv += ["--secret", f"id={sid},src={p.resolve()}"]
+    for sid, path in (secrets or {}).items():
+        argv += ["--secret", f"id={sid},src={path}"]
     return argv
+
+
+# ----------------------------------------------------------------------------- base images
+_FROM = re.compile(r"^(?P<head>FROM\s+)(?P<ref>\S+)(?P<tail>(?:\s+AS\s+\S+)?\s*)$", re.M | re.I)
+
+
+def base_images(dockerfile: str) -> list[str]:
+    """The images the Dockerfile's stages start FROM (not its own stages, not scratch)."""
+    stages, bases = set(), []
+    for m in re.finditer(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?\s*$", dockerfile, re.M | re.I):
+        ref, name = m.group(1), m.group(2)
+        if ref.lower() != "scratch" and ref not in stages and ref not in bases:
+            bases.append(ref)
+        if name:
+            stages.add(name)
+    return bases
+
+
+@dataclass(frozen=True)
+class MirroredBase:
+    ref: str  # as the rendered Dockerfile names it
+    mirror_ref: str  # what the build pulls and starts FROM: the mirror's, by digest
+    mirror: RegistryMirror
+
+    def failed(self, why: str) -> EnvironmentProblem:
+        """The one line for a base the mirror could not give."""
+        return EnvironmentProblem(
+            f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
+            f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
+            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
+            f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
+        )
+
+
+def mirrored_bases(dockerfile: str, mirrors: BuildMirrors) -> list[MirroredBase]:
+    """The Dockerfile's base images that a registry mirror serves."""
+    out = []
+    for ref in base_images(dockerfile):
+        found = mirrors.base(ref)
+        if found is not None:
+            out.append(MirroredBase(ref, found[0], found[1]))
+    return out
+
+
+def mirrored_dockerfile(dockerfile: str, bases: list[MirroredBase]) -> str:
+    """The Dockerfile the engine builds: each mirrored base's FROM names the mirror's reference
+    (the same digest, so the same bytes); stage names and every other line unchanged."""
+    table = {b.ref: b.mirror_ref for b in bases}
+    return _FROM.sub(lambda m: f"{m['head']}{table.get(m['ref'], m['ref'])}{m['tail']}", dockerfile)

@@ -15,12 +15,14 @@ A newer CLI without the buildx plugin refuses DOCKER_BUILDKIT=1: it is skipped, 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, janitor, settings
+from mtpimage import children, janitor, mirrors, settings
 from mtpimage.build import buildlog
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -39,6 +41,9 @@ from mtpimage.engine.containerengine import (
     RunResult,
     StartFailed,
     build_options,
+    mirrored_bases,
+    mirrored_dockerfile,
+    secret_files,
 )
 from mtpimage.errors import EnvironmentProblem, InputError
 
@@ -189,8 +194,11 @@ def _text(raw: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------- builds
-def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
-    """The CLI's command line for one BuildKit build read from stdin."""
+def build_argv(
+    kit: BuildKitCLI, req: BuildRequest, iidfile: Path, secrets: dict[str, Path] | None = None
+) -> list[str]:
+    """The CLI's command line for one BuildKit build read from stdin (`secrets`:
+    containerengine.secret_files)."""
     if kit.mode == "buildx":
         argv = [kit.cli, "buildx", "build"] + ([] if req.output_dir else ["--load"])
         if req.builder:
@@ -211,9 +219,12 @@ def build_argv(kit: BuildKitCLI, req: BuildRequest, iidfile: Path) -> list[str]:
         argv += ["--target", req.target]
     if req.output_dir:
         argv += ["--output", f"type=local,dest={Path(req.output_dir).resolve()}"]
-    argv += build_options(req)
-    if req.network:
-        argv += ["--network", req.network]
+    argv += build_options(req, secrets=secrets)
+    # an index mirror on this machine's loopback (a local proxying cache) is reachable from a
+    # build step only on the host's network; the layers do not depend on the network used
+    network = req.network or ("host" if req.mirrors.loopback_index else None)
+    if network:
+        argv += ["--network", network]
     if req.no_cache:
         argv += ["--no-cache"]
     return argv + cache_argv(kit, req) + ["-"]
@@ -255,10 +266,12 @@ def cache_argv(kit: BuildKitCLI, req: BuildRequest) -> list[str]:
 
 
 def _stream_build(
-    argv: list[str], env: dict, context: bytes, log_path: Path | None, echo: bool, watch=None, on_line=None
+    argv: list[str], env: dict, context, log_path: Path | None, echo: bool, watch=None, on_line=None
 ) -> tuple:
-    """Run the build with the context on stdin, echoing its output; (returncode, last lines).
-    `watch` (a buildlog.Watcher) reads every line: pip's refusals span more than the tail."""
+    """Run the build with the context on stdin (bytes, or an iterable of chunks), echoing its
+    output; (returncode, last lines). `watch` (a buildlog.Watcher) reads every line: pip's
+    refusals span more than the tail. Every line is redacted first (mirrors.redact): a
+    mirror's token in a URL pip prints reaches neither the terminal nor the log."""
     log = open(log_path, "wb") if log_path else None
     proc = None
     try:
@@ -268,7 +281,8 @@ def _stream_build(
 
         def feed():
             try:
-                proc.stdin.write(context)
+                for chunk in [context] if isinstance(context, bytes | bytearray) else context:
+                    proc.stdin.write(chunk)
                 proc.stdin.close()
             except OSError:  # the build ended before it read it all (interrupted): its status says why
                 pass
@@ -278,9 +292,9 @@ def _stream_build(
         feeder.start()
         tail: list[str] = []
         for raw in proc.stdout:
+            line = mirrors.redact(_text(raw))
             if log:
-                log.write(raw)
-            line = _text(raw)
+                log.write(line.encode())
             tail = (tail + [line.rstrip()])[-25:]
             if watch is not None:
                 watch.feed(line)
@@ -301,6 +315,29 @@ def _stream_build(
     return proc.returncode, tail
 
 
+def replaced_member(context: bytes, name: str, data: bytes) -> Iterator[bytes]:
+    """The tar `context` with member `name`'s bytes replaced by `data`, as chunks: every other
+    member is passed on as a view of the original (a real stack's context is gigabytes of
+    sources and wheels; it is not copied)."""
+    view = memoryview(context)
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        members = tar.getmembers()
+    for m in members:
+        if m.name != name:
+            yield view[m.offset : m.offset_data + _padded(m.size if m.isfile() else 0)]
+            continue
+        info = tarfile.TarInfo(m.name)
+        info.size, info.mode, info.mtime = len(data), m.mode, m.mtime
+        info.uid, info.gid, info.uname, info.gname = m.uid, m.gid, m.uname, m.gname
+        yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        yield data + b"\0" * (_padded(len(data)) - len(data))
+    yield b"\0" * (2 * tarfile.BLOCKSIZE)  # the end of the archive
+
+
+def _padded(size: int) -> int:
+    return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
 # ----------------------------------------------------------------------------- the engine
 class DockerEngine(ContainerEngine):
     def describe(self) -> str:
@@ -313,16 +350,17 @@ class DockerEngine(ContainerEngine):
         env = dict(os.environ)
         if kit.mode == "builtin":
             env["DOCKER_BUILDKIT"] = "1"
+        context = self._mirrored_context(req)
         own_log = log_path is None  # the tool's own log of this build: kept only when it fails
         log_path = log_path or buildlog.new_log(req.target or "image")
-        with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp, secret_files(req) as secrets:
             janitor.guard(Path(tmp))  # a killed tool's `docker build` ends, and this goes, at once
             iidfile = Path(tmp) / "iid"
-            watch = buildlog.Watcher()
+            watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
             code, tail = _stream_build(
-                build_argv(kit, req, iidfile),
+                build_argv(kit, req, iidfile, secrets),
                 env,
-                req.context_tar,
+                context,
                 log_path,
                 echo and req.on_line is None,
                 watch,
@@ -334,6 +372,26 @@ class DockerEngine(ContainerEngine):
             if own_log:
                 log_path.unlink(missing_ok=True)
             return "" if req.output_dir else iidfile.read_text().strip()
+
+    def _mirrored_context(self, req: BuildRequest):
+        """The context to send: as the request has it, or, where a registry mirror serves a
+        base, with the Dockerfile's FROM naming the mirror's reference (by digest) and that
+        image pulled from the mirror first (dockerd checks the digest). The rendered files, the
+        identity and the labels keep the manifests' reference."""
+        if not req.mirrors.registries:
+            return req.context_tar
+        with tarfile.open(fileobj=io.BytesIO(req.context_tar)) as tar:
+            dockerfile = tar.extractfile("Dockerfile").read().decode()
+        bases = mirrored_bases(dockerfile, req.mirrors)
+        if not bases:
+            return req.context_tar
+        for base in bases:
+            if self.image_id(base.mirror_ref) is None:
+                try:
+                    self.pull(base.mirror_ref)
+                except PullFailed as exc:
+                    raise base.failed(exc.detail) from None
+        return replaced_member(req.context_tar, "Dockerfile", mirrored_dockerfile(dockerfile, bases).encode())
 
     def image_id(self, ref: str) -> str | None:
         proc = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)

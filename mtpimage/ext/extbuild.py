@@ -62,18 +62,28 @@ def fetch_sdist(pkg: Package) -> Path:
         code = getattr(getattr(exc, "response", None), "status_code", None)
         return code is None or code >= 500 or code == 429
 
+    mirrored = url != b.url  # MTP_INDEX_REWRITE sent it to a mirror
     try:
         data = netpolicy.retrying(transient)(get)
     except Exception as exc:  # noqa: BLE001 - any failure is one line naming the fix
         raise EnvironmentProblem(
             f"cannot download {pkg.name}'s sdist {url}: {str(exc).splitlines()[0][:200]} "
-            "(fix: check network access, or mirror the index with MTP_INDEX_REWRITE)"
+            + (
+                "(fix: start or reach the mirror MTP_INDEX_REWRITE names, or correct the setting)"
+                if mirrored
+                else "(fix: check network access, or mirror the index with MTP_INDEX_REWRITE)"
+            )
         ) from None
     got = hashlib.sha256(data).hexdigest()
     if got != b.sha256:
         raise ExtensionBuildFailed(
             f"{pkg.name}: {name} from {url} has sha256 {got}, components.yaml pins {b.sha256} "
-            "(fix: the file changed under the same URL; find out why before pinning the new hash)"
+            + (
+                "(fix: the mirror MTP_INDEX_REWRITE names serves other bytes than the original: "
+                "resync it, or correct the setting)"
+                if mirrored
+                else "(fix: the file changed under the same URL; find out why before pinning the new hash)"
+            )
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")

@@ -20,6 +20,7 @@ import json
 
 from packaging.utils import canonicalize_name as canonical
 
+from mtpimage.mirrors import INDEX_SECRET
 from mtpimage.plan.model import Package, Plan
 
 KEY_SCHEMA = "mtp-image-builder/extension-key/v1"
@@ -27,6 +28,21 @@ STACK_STAGE = "mtp-torch"  # the stack right after the torch layer: where builde
 CONTEXT_SRC = "ext-src"  # build context: ext-src/<name>/ (sdist file or git tree)
 CONTEXT_WHEELS = "build/ext-wheels"  # build context: the cached wheels the image installs
 BUILD_HELPER = "mtp_extension.py"  # images/lib/: what a builder stage runs
+# A builder stage's mount of the site's index mirrors (mirrors.py): it decides where the stage's
+# hash-checked build backends are fetched from, never which bytes they are, so it is no part
+# of how the wheel is made. Left out of the recipe the key hashes (as comments are), every wheel
+# keyed before mirrors existed (cached, shared, pinned in wheels.lock.yaml) keeps its key.
+MIRROR_MOUNT = f"--mount=type=secret,id={INDEX_SECRET} \\"
+
+
+def recipe_lines(text: str) -> str:
+    """What of a builder stage's text the key hashes: every line but comments (they say why,
+    not what runs: editing them must not recompile for hours) and the mirrors' mount."""
+    return "".join(
+        ln
+        for ln in text.splitlines(keepends=True)
+        if not ln.lstrip().startswith("#") and ln.strip() != MIRROR_MOUNT
+    )
 
 
 def built(plan: Plan) -> list[Package]:

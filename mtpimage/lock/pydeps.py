@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from mtpimage import children, netpolicy, settings
+from mtpimage import children, mirrors, netpolicy, settings
 from mtpimage.errors import EnvironmentProblem
 
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
@@ -46,13 +46,10 @@ def canonical(name: str) -> str:
 
 
 def rewrite(url: str) -> str:
-    """Index mirrors, the pip counterpart of git's url.insteadOf: MTP_INDEX_REWRITE holds
-    `FROM=TO` pairs separated by whitespace or ';' (longest FROM wins). The lock keeps the
-    manifests' URL; only the network calls go to the mirror."""
-    for frm, to in sorted(settings.current().index_rewrite, key=lambda p: -len(p[0])):
-        if url.startswith(frm):
-            return to + url[len(frm) :]
-    return url
+    """Index mirrors, the pip counterpart of git's url.insteadOf (MTP_INDEX_REWRITE, parsed
+    and applied by mirrors.py): the lock keeps the manifests' URL; only the network calls go
+    to the mirror."""
+    return mirrors.index_url(url)
 
 
 def ca_bundle() -> str | None:

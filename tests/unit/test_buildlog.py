@@ -88,7 +88,9 @@ def test_a_failed_build_says_the_mismatch_in_one_line(tmp_path, http_server, mon
     script = f"import sys; sys.stdout.write(open({str(replay)!r}).read()); sys.exit(1)"
     kit = dockerengine.BuildKitCLI("docker", "buildx", "test")
     monkeypatch.setattr(dockerengine, "detect", lambda: kit)
-    monkeypatch.setattr(dockerengine, "build_argv", lambda kit, req, iidfile: [sys.executable, "-c", script])
+    monkeypatch.setattr(
+        dockerengine, "build_argv", lambda kit, req, iidfile, secrets=None: [sys.executable, "-c", script]
+    )
     with pytest.raises(BuildFailed) as exc:
         dockerengine.DockerEngine().build(BuildRequest(context_tar=b"", labels={}), echo=False)
     assert str(exc.value) == buildlog.explain(text)
