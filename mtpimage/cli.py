@@ -333,10 +333,12 @@ def cmd_main(args):
         )
     else:
         if not args.dry_run and not rules.errors(results):
-            from mtpimage.build.pipeline import base_first
-            from mtpimage.commands.image import build_options
+            from mtpimage.build.pipeline import base_first, check_frozen
+            from mtpimage.commands.image import build_options, main_job
 
-            # a build that cannot start says so in one line, not after 65 lines of plan
+            # a build that cannot start says so in one line, not after 65 lines of plan; a lock
+            # that drifted is the first thing it stops on (its warning comes with the run)
+            check_frozen(main_job(args, m, plan), warn=lambda _msg: None)
             base_first(
                 plan, image_of(plan, m.root), getattr(args, "registry", None), build_options(args).mirrors
             )

@@ -120,11 +120,12 @@ def clean(listing: Path) -> None:
         lines = listing.read_text().splitlines()
     except OSError:
         return
-    for line in lines:
-        kind, _, path = line.partition("\t")
-        if not path or not os.path.lexists(path):
-            continue
-        _end(_naming(path))
+    entries = [(kind, path) for kind, _, path in (ln.partition("\t") for ln in lines)]
+    entries = [(kind, path) for kind, path in entries if path and os.path.lexists(path)]
+    # every child that names any guarded path ends in one round (one build names its temp dir
+    # and its secrets dir: ending them path by path cost a grace period each)
+    _end(sorted({pid for _, path in entries for pid in _naming(path)}))
+    for kind, path in entries:
         if kind == "buildah-root":  # only the engine runs buildah (its containers, images, mounts)
             subprocess.run(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "mtpimage.engine.buildahengine", "remove-root", path],
