@@ -23,7 +23,8 @@ Teardown, also after a failure, Ctrl-C or SIGTERM (cli.py turns it into an unwin
 exception; the running step is ended first): the local tags the demo set or pulled, the git
 daemon, the registry with its storage, the directory with its cache. BuildKit's cache of the
 base stays (a cache). After a SIGKILL the janitor (janitor.py) still ends the daemon and the
-registry and removes the directory; tags it cannot know of stay.
+registry and removes the directory (a step running then fails on its own as its files go);
+the local tags stay, as no handler ran to remove them.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class StepFailed(BuilderError):
     """A CLI step ended with an error; exits with that step's status."""
 
     def __init__(self, step: str, code: int, error: str):
+        # the step's own status (2 input, 3 environment, 1 a check); a step ended by a signal
+        # (negative) or that could not run (126+) is a failed step: 1
         self.exit_code = code if 0 < code < 126 else 1
         super().__init__(f"demo: step {step} failed (exit {code}): {error or 'see its output above'}")
 
@@ -92,7 +95,6 @@ class Report:
     seconds: float = 0.0
     image: str = ""  # REGISTRY/demo/mtp-verl@sha256:... once pushed
     removed: list[str] = field(default_factory=list)
-    ok: bool = False
 
 
 def program() -> tuple[list[str], str]:
@@ -203,7 +205,6 @@ class Demo:
             with contextlib.ExitStack() as servers:
                 self._setup(servers)
                 self._steps()
-            self.report.ok = True
         finally:
             self._teardown()
             self.report.seconds = time.monotonic() - begun
