@@ -6,7 +6,7 @@ Git (session): ``git_world`` (fixture repos + git daemon + git config), ``fixtur
 (fresh repos and daemon a test may change or stop). HTTP (function): ``http_server``.
 Docker (session): ``docker_host``, ``registry``: they fail loudly when the host is not
 prepared; set MTP_ALLOW_SKIP_E2E=1 to skip instead. ``registry`` is the session's own
-registry (tests/fixtures/dockerhost.py), gone with the session together with every local
+registry (mtpimage/demo/registry.py), gone with the session together with every local
 tag under its address and every image built FROM its base: tests leave only caches.
 Temporary directories of passing tests are removed (pytest.ini: tmp_path_retention_policy).
 """
@@ -24,13 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.dockerhost import (  # noqa: E402
-    DockerHost,
-    private_registry,
-    probe_docker_host,
-    remove_session_images,
-)
-from tests.fixtures.servers import GitWorld, HttpFileServer, serve_git_world  # noqa: E402
+from mtpimage.demo.gitserver import GitWorld, serve_git_world  # noqa: E402
+from mtpimage.demo.registry import private_registry  # noqa: E402
+from tests.fixtures.dockerhost import DockerHost, probe_docker_host, remove_session_images  # noqa: E402
+from tests.fixtures.servers import HttpFileServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ Each module exposes:
                                      which runs as pipeline.run(commands.image.main_job(args, ...))
 """
 
-from mtpimage.commands import bump, ci, export, image, lock, sbom, verify, wheels
+from mtpimage.commands import bump, ci, demo, export, image, lock, sbom, verify, wheels
 
-MODULES = [lock, bump, image, ci, export, wheels, sbom, verify]  # the order of their subcommands in --help
+# the order of their subcommands in --help
+MODULES = [lock, bump, image, ci, export, wheels, sbom, verify, demo]

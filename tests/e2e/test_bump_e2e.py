@@ -1,5 +1,5 @@
 """`build.py bump` (#36): one verified transaction and its Markdown report, on real git
-repositories served on loopback (tests/fixtures/gitrepos.py) and a loopback index."""
+repositories served on loopback (mtpimage/demo/gitrepos.py) and a loopback index."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.fixtures.gitrepos import _megatron_common, advance_branch
+from mtpimage.demo.gitrepos import _megatron_common
+from tests.fixtures.gitrepos import advance_branch
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]

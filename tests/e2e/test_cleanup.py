@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.dockerhost import BASE_NAME_LABEL, PROBE_IMAGE, registry_answers
+from mtpimage.demo.registry import registry_answers
+from tests.fixtures.dockerhost import BASE_NAME_LABEL, PROBE_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 SELECTION = [

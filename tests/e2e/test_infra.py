@@ -15,13 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.gitrepos import (
-    MTP_PATH,
-    SGLANG_FIX_PATHS,
-    advance_branch,
-    build_fixture_repos,
-    export_tree,
-)
+from mtpimage.demo.gitrepos import MTP_PATH, SGLANG_FIX_PATHS, build_fixture_repos
+from tests.fixtures.gitrepos import advance_branch, export_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 

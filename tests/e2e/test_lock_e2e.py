@@ -1,7 +1,7 @@
 """lock, --frozen and source probes against real git repositories served on loopback.
 
 Manifests keep the real https://github.com/... URLs; a temporary global git config
-rewrites them to the loopback git daemon with url.<daemon>.insteadOf (tests/fixtures/servers.py).
+rewrites them to the loopback git daemon with url.<daemon>.insteadOf (mtpimage/demo/gitserver.py).
 Nothing here fakes git.
 """
 

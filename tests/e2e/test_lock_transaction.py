@@ -1,6 +1,6 @@
 """#36 items 1 and 2: a lock is written only complete and with every check passed, and
 `lock --upgrade` is one transaction (components.yaml and lock.yaml move together, or not at
-all). Real git repositories on loopback (tests/fixtures/gitrepos.py), a loopback index."""
+all). Real git repositories on loopback (mtpimage/demo/gitrepos.py), a loopback index."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.fixtures.gitrepos import _megatron_common, advance_branch
+from mtpimage.demo.gitrepos import _megatron_common
+from tests.fixtures.gitrepos import advance_branch
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def test_upgrade_that_fails_a_check_moves_neither_file(
     private_git_world, fast_net, tmp_path, http_server, monkeypatch
 ):
     """The new head breaks the recompute probe: components.yaml keeps its commit too."""
-    from tests.fixtures.gitrepos import MTP_PATH, _mtp_explicit
+    from mtpimage.demo.gitrepos import MTP_PATH, _mtp_explicit
 
     m, _head = _upgrade_world(private_git_world, tmp_path, http_server, monkeypatch)
     advance_branch(

@@ -2,7 +2,7 @@
 it applies (sglang, a source in a subdir; Megatron-LM, a source at the root: one patch model),
 --frozen holds it, a changed hash or a commit missing upstream is one line, and the build
 context carries the diff made from the two commits. Manifests keep the real GitHub URLs; git's
-url.insteadOf sends them to the loopback daemon (tests/fixtures/servers.py). No docker."""
+url.insteadOf sends them to the loopback daemon (mtpimage/demo/gitserver.py). No docker."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import yaml
 from mtpimage.build.buildctx import build_context
 from mtpimage.build.render import render
 from mtpimage.cli import plan_for
+from mtpimage.demo.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
 from mtpimage.errors import InputError
 from mtpimage.manifests import manifest
-from tests.fixtures.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]

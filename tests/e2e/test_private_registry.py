@@ -14,7 +14,8 @@ import warnings
 import pytest
 import requests
 
-from tests.fixtures.dockerhost import registry_binary, remove_session_images
+from mtpimage.demo.registry import registry_binary
+from tests.fixtures.dockerhost import remove_session_images
 from tests.fixtures.image_fixtures import image_world, world_cli
 
 pytestmark = pytest.mark.timeout(900)

@@ -33,8 +33,9 @@ import pytest
 import requests
 import yaml
 
+from mtpimage.demo.registry import private_registry
 from mtpimage.outputs import workflow
-from tests.fixtures.dockerhost import private_registry, remove_session_images
+from tests.fixtures.dockerhost import remove_session_images
 from tests.fixtures.freshdocker import du_bytes, fresh_dockerd
 from tests.fixtures.image_fixtures import REPO, copy_manifests, make_test_base
 

@@ -1,6 +1,6 @@
 """Patches by reference: the tool makes the diff of two pinned commits itself, with the same
 bytes under any git configuration, checks its sha256, and names what went wrong in one line.
-Real git on a local stand-in fork (tests/fixtures/gitrepos.py, served by file://); no network."""
+Real git on a local stand-in fork (mtpimage/demo/gitrepos.py, served by file://); no network."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import yaml
 from mtpimage.build.buildctx import patch_entries
 from mtpimage.build.render import render
 from mtpimage.cli import plan_for
+from mtpimage.demo.gitrepos import SGLANG_FIX_PATHS, make_sglang
 from mtpimage.errors import InputError
 from mtpimage.lock import sources
 from mtpimage.manifests import manifest, patches
 from mtpimage.plan.model import Patch
-from tests.fixtures.gitrepos import SGLANG_FIX_PATHS, make_sglang
 
 from .helpers import REPO, assert_one_line_error, run_cli
 
