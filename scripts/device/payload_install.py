@@ -148,6 +148,11 @@ def main(argv: list[str]) -> int:
         futures = [pool.submit(install_wheel, stage / i["file"], i["kind"], site) for i in wheels]
         for f in concurrent.futures.as_completed(futures):
             files += f.result()[1]
+    # the image's compiled extension wheels (TE torch extension, apex, flash-attn) after the
+    # lock's wheels: they are what the image installs over them, each checked as the rest are
+    ext_wheels = [i for i in items if i["kind"] == "ext-wheel"]
+    for i in ext_wheels:
+        files += install_wheel(stage / i["file"], "wheel", site)[1]
     native = site / "_native"
     for i in items:
         if i["kind"] == "lib":
@@ -166,6 +171,7 @@ def main(argv: list[str]) -> int:
             {
                 "carried_files": len(payload["sha256"]),
                 "wheels": len(wheels),
+                "ext_wheels": [i["file"] for i in ext_wheels],
                 "wheel_files_checked": files,
                 "patches": [i["file"] for i in items if i["kind"] == "patch"],
                 "native": [i["file"] for i in items if i["kind"] == "lib"],

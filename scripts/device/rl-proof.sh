@@ -58,12 +58,11 @@ for src in $STAGE/src-*.tar.gz; do
 done
 echo "installed in $(( $(date +%s) - t0 )) s"
 t1=$(date +%s)
-# TE's torch extension: the carried wheel (built by this tool elsewhere, its key and base in
-# payload.json) when it loads here; otherwise built from the lock's sdist as trainer-proof.sh does
+# TE's torch extension: the carried wheel (payload_install.py put the image's compiled extension
+# wheels, TE's, apex's and flash-attn's where carried, over the lock's) when it loads here;
+# otherwise built from the lock's sdist as trainer-proof.sh does
 te_ok=no
 if ls $STAGE/transformer_engine_torch-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/rl-te-torch $STAGE/transformer_engine_torch-*.whl 2>&1 | tail -3 || true
-    cp -r /tmp/rl-te-torch/. $SITE/
     if python3 -c "import transformer_engine.pytorch" 2>/tmp/rl-te.err; then te_ok="carried wheel"; else tail -3 /tmp/rl-te.err; fi
 fi
 if [ "$te_ok" = no ]; then
@@ -74,6 +73,11 @@ if [ "$te_ok" = no ]; then
     te_ok="built here from the sdist"
 fi
 echo "TE torch extension: $te_ok ($(( $(date +%s) - t1 )) s)"
+# apex's and flash-attn's compiled modules, where their wheels were carried (else rl_check.py
+# adds its named stand-ins for the actor)
+for mod in fused_weight_gradient_mlp_cuda flash_attn_2_cuda; do
+    python3 -c "import torch, $mod" 2>/dev/null && echo "compiled extension $mod: loads" || echo "compiled extension $mod: absent or does not load"
+done
 python3 -c "
 import transformer_engine.pytorch, megatron.core, megatron.bridge, verl, sglang, sgl_kernel, flashinfer
 import verl.workers.rollout.sglang_rollout.async_sglang_server

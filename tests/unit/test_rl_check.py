@@ -269,3 +269,31 @@ def test_carries_pack_split_parts_and_small_files_into_as_few_calls_as_fit():
     assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
     whole = {p.name for g in bins for p in g if p.part is None}
     assert whole == {"mid.tar.zst", "a", "b"}
+
+
+def test_the_recorded_logs_fail_each_promise_somewhere_and_pass_it_somewhere(rl):
+    # from the real H200 runs: a promise that no recorded case can fail would be a test that
+    # cannot fail
+    assert len(RECORDED) >= 6
+    failed, passed = set(), set()
+    for case in RECORDED:
+        for k, f in _verdicts(rl, case).items():
+            (failed if f.status == "fail" else passed).add(k)
+    promises = {"steps-logged", "speculative-rollout", "plain-rollout", "mtp-loss-logged", "no-mtp-loss"}
+    assert promises <= failed and promises - {"no-mtp-loss"} <= passed
+
+
+def test_the_device_installs_the_images_compiled_wheels_over_the_locks(tmp_path, capsys):
+    pi = _load("payload_install", DEVICE)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    lock_wheel = _wheel(stage / "demo-1.0-py3-none-any.whl", FILES)
+    ext = _wheel(stage / "demo_ext-1.0-cp312-cp312-linux_x86_64.whl", {**FILES, "demo/__init__.py": b"X = 'ext'\n"})
+    sha = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (lock_wheel, ext)}
+    items = [{"file": lock_wheel.name, "kind": "wheel"}, {"file": ext.name, "kind": "ext-wheel"}]
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"sha256": sha, "items": items}))
+    assert pi.main([str(payload), str(stage), str(tmp_path / "site")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ext_wheels"] == [ext.name] and report["wheel_files_checked"] == 8
+    assert (tmp_path / "site" / "demo" / "__init__.py").read_bytes() == b"X = 'ext'\n"
