@@ -34,7 +34,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fixtures.dockerhost import private_registry, remove_session_images
+from mtpimage.demo.registry import private_registry
+from tests.fixtures.dockerhost import remove_session_images
 from tests.fixtures.image_fixtures import BASE_TAG, image_world, world_cli
 from tests.fixtures.servers import HttpFileServer
 from tests.fixtures.wheels import make_wheel
