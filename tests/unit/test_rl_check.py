@@ -288,7 +288,9 @@ def test_the_device_installs_the_images_compiled_wheels_over_the_locks(tmp_path,
     stage = tmp_path / "stage"
     stage.mkdir()
     lock_wheel = _wheel(stage / "demo-1.0-py3-none-any.whl", FILES)
-    ext = _wheel(stage / "demo_ext-1.0-cp312-cp312-linux_x86_64.whl", {**FILES, "demo/__init__.py": b"X = 'ext'\n"})
+    ext = _wheel(
+        stage / "demo_ext-1.0-cp312-cp312-linux_x86_64.whl", {**FILES, "demo/__init__.py": b"X = 'ext'\n"}
+    )
     sha = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (lock_wheel, ext)}
     items = [{"file": lock_wheel.name, "kind": "wheel"}, {"file": ext.name, "kind": "ext-wheel"}]
     payload = tmp_path / "payload.json"
