@@ -9,6 +9,11 @@
            (`pip install --dry-run --report`), which has no overrides/excludes: it must fail
            (the stack does not resolve without them) and the time it takes to say so is shown.
 
+    bump   `python build.py bump megatron-lm --to core_r0.19.0` (the weekly bump, one component:
+           ls-remote, fetch, version from the source, every rule and probe, re-lock, both files
+           written) on a fresh copy of the manifests each run, against `uv pip compile` alone of
+           the bumped requirements (what a hand bump would re-resolve), both with a warm cache.
+
 Cold: a fresh cache directory (every index page and git tree fetched again). Warm: the same
 cache again. Medians of --runs warm runs. Needs what `lock` needs: PyPI, and the git sources
 reachable (here: upstream snapshots mapped in with git's url.insteadOf, plus
@@ -29,6 +34,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the weekly bump measured: a tag of the pinned Megatron-LM's release line (docs/bump-session.md)
+BUMP = ("megatron-lm", "--to", "core_r0.19.0")
 sys.path.insert(0, str(ROOT))
 
 
@@ -75,20 +82,40 @@ def main() -> int:
     excludes = [e["package"] for e in cat["resolution"]["excludes"]]
     uv_cache = work / "uv-plain"
 
-    def uv_once(fresh: bool) -> float:
+    def uv_once(fresh: bool, pset: dict = pyset) -> float:
         if fresh and uv_cache.exists():
             shutil.rmtree(uv_cache)
         os.environ["MTP_CACHE_DIR"] = str(uv_cache)
         os.environ["MTP_LOCK_REFRESH"] = "0"
         t0 = time.monotonic()
         resolver.resolve(
-            pyset["requirements"], pyset["stubs"], overrides, excludes, ["https://pypi.org/simple"], "3.12"
+            pset["requirements"], pset["stubs"], overrides, excludes, ["https://pypi.org/simple"], "3.12"
         )
         return time.monotonic() - t0
 
     results["uv_compile_only"] = {
         "cold_s": round(uv_once(True), 2),
         "warm_s": round(statistics.median(uv_once(False) for _ in range(args.runs)), 2),
+    }
+
+    # one component bumped, on a fresh copy of the manifests each run (the cache stays warm)
+    bump_times = []
+    for n in range(args.runs):
+        copy = work / f"bump-{n}"
+        shutil.copytree(ROOT / "manifests", copy)
+        t, rc, out = timed([py, str(ROOT / "build.py"), "bump", *BUMP, "--manifests", str(copy)], env)
+        assert rc == 0, out
+        bump_times.append(t)
+    bumped = yaml.safe_load((work / "bump-0" / "lock.yaml").read_text())
+    bumped_set = next(iter(bumped["python_sets"].values()))
+    uv_once(False, bumped_set)  # the bumped requirements' index pages into uv's cache first
+    results["bump"] = {
+        "command": "build.py bump " + " ".join(BUMP),
+        "warm_s": round(statistics.median(bump_times), 2),
+        "runs_s": [round(t, 2) for t in bump_times],
+        "uv_compile_only_warm_s": round(
+            statistics.median(uv_once(False, bumped_set) for _ in range(args.runs)), 2
+        ),
     }
 
     # pip's resolver on the same requirements, stand-ins as local wheels, no overrides possible
@@ -138,6 +165,11 @@ def main() -> int:
     )
     print(
         f"| pip resolver, same input | {results['pip_resolver']['cold_s']} s | - | exit {rc}: cannot apply overrides |"
+    )
+    b = results["bump"]
+    print(
+        f"| `{b['command']}` | - | {b['warm_s']} s | `uv pip compile` alone of the bumped "
+        f"requirements: {b['uv_compile_only_warm_s']} s warm (ratio {b['warm_s'] / b['uv_compile_only_warm_s']:.1f}x) |"
     )
     shutil.rmtree(work, ignore_errors=True)
     return 0
