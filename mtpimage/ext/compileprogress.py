@@ -10,10 +10,13 @@ in a terminal that is not smart, as BuildKit's is; BuildKit's plain progress pre
 line with `#STEP SECONDS`. apex runs ninja once per module (14 modules, each its own M), so
 the totals here add up each run's M as runs begin: the total grows as apex goes on.
 
-An object that finishes within CACHE_HIT_S of the one before came from the compile cache:
-no object of these extensions compiles that fast (the quickest seen here took 7 s on two
-cores); two real objects of a parallel build may finish close together, so the count is
-said as "about".
+An object that finishes within CACHE_HIT_S of the one before may have come from the compile
+cache: no object of these extensions compiles that fast (the quickest seen here took 7 s on two
+cores). But with N parallel jobs up to N real objects can finish close together by chance (a
+fresh TE build on an empty cache, 2 jobs, said "about 1 resumed" at 5 of 28: two objects had
+started together), so fast finishes count as cache hits only in a run of at least N in a row,
+N read from the builder's `MAX_JOBS=` line (2 if it says none). A single hit between real
+compiles goes uncounted: the count says "about", and errs low.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+JOBS = re.compile(r"\bMAX_JOBS=(\d+)")
 NINJA = re.compile(r"^(?:#\d+\s+(?P<t>\d+(?:\.\d+)?)\s+)?\s*\[(?P<n>\d+)/(?P<m>\d+)\]\s")
 CACHE_HIT_S = 2.0
 BUILDER_SAYS = "mtp_extension: "  # images/lib/mtp_extension.py's prefix
@@ -48,7 +52,11 @@ class CompileProgress:
     clock: Callable[[], float] = time.monotonic
     done: int = 0  # objects finished, over every ninja run
     total: int = 0  # objects announced so far (each run's M, added as the run begins)
-    cached: int = 0  # objects that came back within CACHE_HIT_S: the compile cache
+    cached: int = 0  # objects in a run of >= jobs fast finishes: the compile cache
+    jobs: int = 2  # parallel compiles (the builder's MAX_JOBS)
+    _fast: int = 0  # fast finishes in a row not yet counted as cache hits
+    _fast_s: float = 0.0  # and the time they took
+    _burst: bool = False  # within a run of fast finishes already counted as the cache
     runs: int = 0
     _run_done: int = 0
     _run_total: int = 0
@@ -64,6 +72,9 @@ class CompileProgress:
             self._started = self.clock()
         own = line.find(BUILDER_SAYS)
         if own >= 0:  # the builder script's own few lines (what it builds, with which jobs; failures)
+            jobs = JOBS.search(line)
+            if jobs:
+                self.jobs = max(1, int(jobs[1]))
             if self.live:
                 (self._stream or sys.stderr).write("\r\033[K")
             self.say(line[own:].rstrip())
@@ -85,10 +96,19 @@ class CompileProgress:
         if self._last_t is not None:
             took = max(0.0, t - self._last_t)
             if took < CACHE_HIT_S:
-                self.cached += step
-            else:
-                self._compiled += step
-                self._compiled_s += took
+                self._fast += step
+                self._fast_s += took
+                if self._fast >= self.jobs:  # more than chance: the compile cache, to the run's end
+                    self.cached += self._fast
+                    self._fast, self._fast_s = 0, 0.0
+                    self._burst = True
+                elif self._burst:
+                    self.cached += self._fast
+                    self._fast, self._fast_s = 0, 0.0
+            else:  # fast finishes too few to be the cache were real compiles that ended together
+                self._compiled += step + self._fast
+                self._compiled_s += took + self._fast_s
+                self._fast, self._fast_s, self._burst = 0, 0.0, False
         self._last_t = t
         if self.live:
             self._live_line()

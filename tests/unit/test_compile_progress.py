@@ -49,6 +49,28 @@ def test_a_resumed_compile_counts_what_came_back_from_the_compile_cache():
     assert p.finish().startswith("compiled transformer-engine-torch 8/28 objects in ")
 
 
+def test_two_parallel_objects_finishing_together_are_not_the_compile_cache():
+    # a fresh TE build on an empty cache, 2 jobs: objects 1 and 2 had started together
+    said, clock = [], Clock()
+    p = CompileProgress("transformer-engine-torch", said.append, clock=clock)
+    p.feed("#9 10.0 mtp_extension: building transformer-engine-torch in /tmp/x with MAX_JOBS=2\n")
+    for n, t in ((1, 200.0), (2, 200.6), (3, 260.0), (4, 261.1), (5, 330.0)):
+        p.feed(_ninja(9, t, n, 28))
+    assert p.cached == 0 and p._compiled == 4
+    assert "resumed" not in p.line() and "resumed" not in p.finish()
+
+
+def test_the_run_needed_to_count_as_the_cache_follows_max_jobs():
+    p = CompileProgress("flash-attn", [].append, clock=Clock())
+    p.feed("#7 1.0 mtp_extension: building flash-attn in /tmp/x with MAX_JOBS=4\n")
+    for n, t in ((1, 100.0), (2, 100.3), (3, 100.5), (4, 100.9), (5, 170.0)):
+        p.feed(_ninja(7, t, n, 73))
+    assert p.jobs == 4 and p.cached == 0  # three fast finishes: four jobs can do that by chance
+    for n, t in ((6, 170.1), (7, 170.2), (8, 170.3), (9, 170.4), (10, 170.5)):
+        p.feed(_ninja(7, t, n, 73))
+    assert p.cached == 5
+
+
 def test_apex_runs_ninja_once_per_module_and_the_total_grows():
     said = []
     p = CompileProgress("apex", said.append, clock=Clock())
