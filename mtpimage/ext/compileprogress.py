@@ -144,15 +144,22 @@ class CompileProgress:
         stream.write("\r\033[K" + self.line())
         stream.flush()
 
-    def finish(self) -> str:
-        """The closing line (a live line is ended first)."""
+    def finish(self, stopped: bool = False) -> str:
+        """The closing line (a live line is ended first). `stopped`: the build failed or was
+        interrupted, so the line says where it stopped, and that a rerun resumes from there."""
         if self.live:
             stream = self._stream or sys.stderr
             stream.write("\r\033[K")
             stream.flush()
+        took = _clock_text(self.elapsed_s())
+        cached = f"; about {self.cached} of them resumed from the compile cache" if self.cached else ""
+        if stopped:
+            if not self.total:
+                return f"stopped {self.name:<16} after {took}, before its first object (the log has it all)"
+            return (
+                f"stopped {self.name:<16} at {self.done}/{self.total} objects after {took}{cached}; "
+                "the compile cache keeps the finished objects, so a rerun resumes there"
+            )
         if not self.total:
-            return f"compiled {self.name:<15} in {_clock_text(self.elapsed_s())} (no ninja progress in its output; the log has it all)"
-        return (
-            f"compiled {self.name:<15} {self.done}/{self.total} objects in {_clock_text(self.elapsed_s())}"
-            + (f"; about {self.cached} of them resumed from the compile cache" if self.cached else "")
-        )
+            return f"compiled {self.name:<15} in {took} (no ninja progress in its output; the log has it all)"
+        return f"compiled {self.name:<15} {self.done}/{self.total} objects in {took}{cached}"

@@ -233,8 +233,10 @@ def compile_wheel(
     progress = CompileProgress(pkg.name, say, live=sys.stderr.isatty())
     try:
         request_for(context, extensions.wheel_stage(pkg.name), tmp, args, on_line=progress.feed)
-    finally:
-        say(progress.finish())
+    except BaseException:  # a failed or interrupted compile: say where it stopped, not "compiled"
+        say(progress.finish(stopped=True))
+        raise
+    say(progress.finish())
     wheels = sorted(tmp.glob("*.whl"))
     if len(wheels) != 1:
         raise ExtensionBuildFailed(

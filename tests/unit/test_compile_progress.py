@@ -99,3 +99,34 @@ def test_output_without_ninja_says_so():
         p.finish()
         == "compiled mtp-tiny-add    in 0m00s (no ninja progress in its output; the log has it all)"
     )
+
+
+def test_an_interrupted_compile_says_where_it_stopped_not_compiled():
+    p = CompileProgress("transformer-engine-torch", [].append, clock=Clock())
+    for n, t in ((1, 100.0), (2, 160.0), (3, 220.0)):
+        p.feed(_ninja(9, t, n, 28))
+    line = p.finish(stopped=True)
+    assert line.startswith("stopped transformer-engine-torch at 3/28 objects after ")
+    assert "rerun resumes" in line and "compiled" not in line
+    assert CompileProgress("apex", [].append, clock=Clock()).finish(stopped=True).startswith("stopped apex")
+
+
+def test_compile_wheel_says_stopped_when_its_build_is_interrupted(tmp_path):
+    import types
+
+    import pytest
+
+    from mtpimage.ext import extbuild
+
+    def request_for(context, stage, tmp, args, on_line):
+        on_line(_ninja(9, 100.0, 1, 28))
+        on_line(_ninja(9, 160.0, 2, 28))
+        raise KeyboardInterrupt
+
+    said = []
+    pkg = types.SimpleNamespace(name="transformer-engine-torch")
+    with pytest.raises(KeyboardInterrupt):
+        extbuild.compile_wheel(
+            None, pkg, lambda name: tmp_path, request_for, 2, "", tmp_path, say=said.append
+        )
+    assert said[-1].startswith("stopped transformer-engine-torch at 2/28 objects")
