@@ -93,6 +93,7 @@ class CompileProgress:
         step = max(0, n - self._run_done)
         self._run_done = n
         self.done += step
+        burst_ended = False  # a resume from the compile cache is said when it ends, not a minute on
         if self._last_t is not None:
             took = max(0.0, t - self._last_t)
             if took < CACHE_HIT_S:
@@ -106,13 +107,19 @@ class CompileProgress:
                     self.cached += self._fast
                     self._fast, self._fast_s = 0, 0.0
             else:  # fast finishes too few to be the cache were real compiles that ended together
+                burst_ended = self._burst
                 self._compiled += step + self._fast
                 self._compiled_s += took + self._fast_s
                 self._fast, self._fast_s, self._burst = 0, 0.0, False
         self._last_t = t
         if self.live:
             self._live_line()
-        elif self._said_at is None or now - self._said_at >= self.period_s or self._run_done == m:
+        elif (
+            self._said_at is None
+            or now - self._said_at >= self.period_s
+            or self._run_done == m
+            or burst_ended
+        ):
             self._said_at = now
             self.say(self.line())
 

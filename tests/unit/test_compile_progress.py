@@ -130,3 +130,17 @@ def test_compile_wheel_says_stopped_when_its_build_is_interrupted(tmp_path):
             None, pkg, lambda name: tmp_path, request_for, 2, "", tmp_path, say=said.append
         )
     assert said[-1].startswith("stopped transformer-engine-torch at 2/28 objects")
+
+
+def test_a_resume_from_the_cache_is_said_when_it_ends_not_a_minute_later():
+    # the interrupted TE build rerun: objects 1-21 back in 1.5 s, then object 22 compiles
+    said, clock = [], Clock()
+    p = CompileProgress("transformer-engine-torch", said.append, clock=clock, period_s=60)
+    p.feed(_ninja(9, 21.14, 1, 28))
+    for n in range(2, 22):
+        p.feed(_ninja(9, 21.14 + 0.07 * n, n, 28))
+    assert len(said) == 1  # the first object's line; the burst is not over yet
+    clock.now += 30
+    p.feed(_ninja(9, 51.0, 22, 28))
+    assert said[-1].startswith("compile transformer-engine-torch 22/28 objects")
+    assert "about 20 resumed from the compile cache" in said[-1]
