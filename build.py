@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Entry point: `python build.py --profile mtp-cp-recompute`. See README.md.
+"""Entry point: `python3 build.py --profile mtp-cp-recompute`. See README.md.
 
 On a fresh machine the pinned dependencies (requirements.txt) may be missing; then
 this file makes ./.venv once, installs them there and re-runs itself inside it, so

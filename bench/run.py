@@ -516,7 +516,7 @@ def main() -> int:
         print("bench: host not ready:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 3
     # the tests start a registry of their own per session; the bench uses the host's
-    # (scripts/setup-test-host.sh), as the README's reproduce steps say
+    # (scripts/setup-test-host.sh), as docs/benchmark.md's reproduce steps say
     host = dataclasses.replace(
         host, registry=host.registry or os.environ.get("MTP_TEST_REGISTRY", "127.0.0.1:5000")
     )

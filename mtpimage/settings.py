@@ -8,8 +8,8 @@ the new value on the next call instead of a stale one.
 
 Standard library only, and no other module of the tool: build.py reads MTP_NO_BOOTSTRAP
 before its dependencies may exist, and the fast path (fastpath.py) imports nothing else.
-VARIABLES is the one table of them: README.md's "Environment variables" table lists exactly
-these (tests/unit/test_settings.py checks both ways).
+VARIABLES is the one table of them: docs/environment.md's "Environment variables" table lists
+exactly these (tests/unit/test_settings.py checks both ways).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ VARIABLES = (
     Variable("MTP_HTTP_TIMEOUT", "20", "one HTTP request, seconds"),
     Variable("MTP_GIT_TIMEOUT", "300", "one git call, seconds"),
     Variable("MTP_SIGNED_BY", "", "`OWNER/REPO` whose images workflow signs the published images: `explain --cluster` then writes the exact `cosign verify` to run before the first pull (flag: `--signed-by`)"),
-    Variable("MTP_ENGINE", "docker", "the engine that builds: `docker` (BuildKit) or `buildah` (bit-for-bit reproducible; see \"Reproducible builds\"); flag: `--engine`, `--reproducible`"),
+    Variable("MTP_ENGINE", "docker", "the engine that builds: `docker` (BuildKit) or `buildah` (bit-for-bit reproducible; see docs/reproducible-builds-and-verify.md); flag: `--engine`, `--reproducible`"),
     Variable("MTP_DOCKER_CLI", "", "the docker CLI to use (default: the first of PATH's docker, /usr/bin/docker, /usr/local/bin/docker that works)"),
     Variable("MTP_DOCKER_BUILDKIT_CLI", "", "the older name of MTP_DOCKER_CLI, read when that is unset (scripts/setup-test-host.sh writes it)"),
     Variable("MTP_EXT_MAX_JOBS", "", "parallel compile jobs of the compiled extensions' builder stages (default: the profile's `build.max_jobs`); not in the wheel key"),

@@ -1,4 +1,4 @@
-"""Reuse of in-image checks that cannot have changed (README, "In-image checks").
+"""Reuse of in-image checks that cannot have changed (docs/checks.md, "In-image checks").
 
 Everything below an image's mode layer (the last layer: `COPY mtp/ /opt/mtp/`, with only
 ENV and LABEL after it) depends on the pins alone, so an image whose lower layers are those

@@ -399,7 +399,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     if reg is None:
         return _steps(job, rendered, client, local_id, remote, summary, say)
     # With a registry, a failed push must leave no new tag anywhere: the local tags this run
-    # sets or moves are put back as they were (README, "Publish only after the tests pass").
+    # sets or moves are put back as they were (docs/build-test-publish.md, "Publish only after the tests pass").
     before = {local: local_id, human_local: release.local_id(human_local)}
     try:
         return _steps(job, rendered, client, local_id, remote, summary, say)

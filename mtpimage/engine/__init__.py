@@ -1,6 +1,6 @@
-"""The engine seam: every call to a container engine (dockerd today) goes through the
-ContainerEngine that `current()` returns; no other module runs the docker CLI, imports the
-Docker SDK or opens the engine's socket (tests/unit/test_imports.py holds to that).
+"""The engine seam: every call to a container engine (docker, or buildah for builds) goes
+through the ContainerEngine that `current()` returns; no other module runs the docker CLI,
+imports the Docker SDK or opens the engine's socket (tests/unit/test_imports.py holds to that).
 
     containerengine.py  the interface (build, inspect, tag, push, pull, run, copy out, remove),
                         its requests, results and errors, and the rules written once on top

@@ -56,7 +56,7 @@ from mtpimage.engine.containerengine import (
 from mtpimage.engine.dockerengine import DockerEngine, _stream_build
 from mtpimage.errors import EnvironmentProblem, InputError
 
-# What makes a build reproducible; the README's "Reproducible builds" section explains each.
+# What makes a build reproducible; docs/reproducible-builds-and-verify.md explains each.
 BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
 BUILD_ARGS = (("SOURCE_DATE_EPOCH", "0"), ("PYTHONDONTWRITEBYTECODE", "1"))
 SCRATCH_PARENT = Path("/var/tmp")  # the storage roots' fixed place (BuildahEngine._scratch says why)

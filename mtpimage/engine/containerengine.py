@@ -1,13 +1,17 @@
 """What a container engine must do for the tool: the ContainerEngine interface, its requests,
-results and errors (engine.py hands out the one this run uses).
+results and errors (engine/__init__.py's `current()` hands out the one this run uses).
 
 Like repo2docker's ContainerEngine, the interface names what the tool needs from an engine
 (build, inspect, tag, push, pull, run, copy out, remove) and nothing of how an engine is
-reached; dockerengine.py is the one implementation today (the docker CLI for all of it:
-BuildKit builds must go through a CLI, see there), and a second engine (buildah) is one
-more subclass and one more line in engine.current(). The rule that a missing image is pulled
-only from a registry its reference names, never looked up on docker.io, is written once
-here (`ensure_local`) on top of the primitives.
+reached. Two implement it: DockerEngine (dockerengine.py, the default: the docker CLI for all
+of it, since BuildKit builds must go through a CLI, see there) and BuildahEngine
+(buildahengine.py, `--engine buildah`/`--reproducible`), which subclasses DockerEngine and
+overrides describe, build, push, history and image_id: buildah builds bit for bit (a compiled
+extension's builder stage stays the Docker engine's), the image is loaded into dockerd
+untagged, and running, tagging and inspecting it stay the Docker engine's.
+
+The rule that a missing image is pulled only from a registry its reference names, never
+looked up on docker.io, is written once here (`ensure_local`) on top of the primitives.
 
 The fast path cannot afford this module's imports; its one question ("which image does this
 tag name?") is dockersocket.quick_image_id, one standard-library request on the engine's socket.

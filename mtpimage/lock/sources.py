@@ -52,8 +52,8 @@ MISSING_PATTERNS = (
     "unknown revision",
 )
 
-# What a mirror must allow, recognised by git's message when it does not (README, "Lock file
-# and air-gapped sites"): the setting to turn on there and why the tool needs it.
+# What a mirror must allow, recognised by git's message when it does not (docs/lock-and-mirrors.md,
+# "Air-gapped sites"): the setting to turn on there and why the tool needs it.
 MIRROR_SETTINGS = (
     (
         "filtering not recognized by server",

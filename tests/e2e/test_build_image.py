@@ -106,7 +106,7 @@ def test_push_builds_tests_pushes_and_second_run_is_up_to_date(world):
 def test_equal_pins_differ_only_in_the_mode_layer(world):
     # Sharing comes from one builder's cache. Start that cache empty: with several cached
     # results for one step (left by earlier runs) BuildKit may pick any, and layers are not
-    # bit-reproducible across independent builds (see README).
+    # bit-reproducible across independent builds (see docs/reproducible-builds-and-verify.md).
     layers = {}
     for profile in ("test-detach", "test-load-only"):
         _forget(world, profile, _identity(world, profile))

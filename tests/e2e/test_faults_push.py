@@ -175,7 +175,7 @@ def _local(world, ref):
 
 
 def test_registry_killed_mid_push_leaves_no_new_tag_anywhere(world, proxy, tmp_path):
-    """README: a failed push leaves no new tag anywhere. The run builds, tests and tags
+    """docs/build-test-publish.md: a failed push leaves no new tag anywhere. The run builds, tests and tags
     (mtp-verl:<identity> new, mtp-verl:<profile> moved), then the registry dies at the first
     blob upload: afterwards the content tag is gone again, the profile tag points where it
     pointed before, no registry-prefixed tag is left, and the registry's tags are unchanged."""

@@ -139,7 +139,7 @@ def test_a_package_in_a_subdirectory_says_so(helper, tmp_path, monkeypatch):
 
 
 def test_paths_missing_from_the_mirror_reach_the_image_install_record(helper, tmp_path, monkeypatch):
-    """README: absent paths are recorded in the image. src/<name>/.mtp-source.json is only
+    """docs/lock-and-mirrors.md: absent paths are recorded in the image. src/<name>/.mtp-source.json is only
     bind-mounted during the build; /opt/mtp/installed/<name>.json stays in the image."""
     _install(tmp_path, monkeypatch)
     src = _source(tmp_path, missing_from_mirror=["docs/a.gif"])

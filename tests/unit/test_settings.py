@@ -1,5 +1,5 @@
 """The one settings object (mtpimage/settings.py): every MTP_* variable read once per
-environment into a frozen object, documented in README.md's one table, and the substitutions'
+environment into a frozen object, documented in docs/environment.md's one table, and the substitutions'
 flags, which win over their variables."""
 
 from __future__ import annotations
@@ -18,14 +18,20 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT_ONLY = {"MTP_REAL_STACK_OUT"}  # read by scripts/real-stack/build.sh, not by the package
 
 
-def _readme_table() -> set[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+def _documented(text: str) -> set[str]:
+    section = text.split("\n## Environment variables\n", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `(MTP_[A-Z_]+)` \|", section, re.M))
 
 
-def test_the_readme_table_lists_exactly_the_variables():
-    assert _readme_table() == settings.NAMES | SCRIPT_ONLY
+def test_the_docs_table_lists_exactly_the_variables():
+    assert _documented((REPO / "docs" / "environment.md").read_text()) == settings.NAMES | SCRIPT_ONLY
+
+
+def test_the_table_check_can_fail():
+    text = (REPO / "docs" / "environment.md").read_text()
+    without = "\n".join(line for line in text.splitlines() if not line.startswith("| `MTP_ENGINE` |"))
+    assert "MTP_ENGINE" not in _documented(without)
+    assert _documented(without) != settings.NAMES | SCRIPT_ONLY
 
 
 def test_settings_are_frozen_and_follow_the_environment(monkeypatch, tmp_path):

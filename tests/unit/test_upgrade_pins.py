@@ -1,7 +1,7 @@
 """#36 items 2 and 12: `lock --upgrade` computes components.yaml's new text without writing
-it (lock() writes it with lock.yaml once every check passed), and moves every git pin the
-README says it moves: components' and compiled packages' (packages.*.build.git, apex's
-`ref: master`). git ls-remote is replaced by a table here; the e2e tests run it for real."""
+it (lock() writes it with lock.yaml once every check passed), and moves every git pin that
+docs/lock-and-mirrors.md says it moves: components' and compiled packages' (packages.*.build.git,
+apex's `ref: master`). git ls-remote is replaced by a table here; the e2e tests run it for real."""
 
 from __future__ import annotations
 
