@@ -191,6 +191,8 @@ def test_two_containers_form_one_ray_cluster_and_the_trainer_sees_both(docker_ho
     proc = _run_job(docker_host, tmp_path, _script(cluster, layout), names, join_timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"ray: 2 of 2 nodes joined ({', '.join(sorted(names))}); 4 GPUs" in proc.stdout
+    # the driver check ran before each ray start and the trainer (no driver in these containers)
+    assert proc.stderr.count("mtp driver check: no NVIDIA driver visible") == 3, proc.stderr[-3000:]
     report = _report(proc.stdout)
     assert report["node_names"] == sorted(names)
     assert report["task_hosts"] == sorted(names)  # one task ran in each container
