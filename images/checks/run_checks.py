@@ -19,6 +19,12 @@ Checks (each reports pass, fail or skip, with a detail and its time in seconds):
   cuda-runtime   CUDA runtime libraries present (skipped on bases without CUDA)
   login-shell    `bash -l` and `sh -l` (cluster job scripts) see this environment: the same
                  variables, the venv's python first on PATH (/etc/profile.d/mtp-env.sh)
+  launch-env     the variables components ask for (VERL_USE_UV=0), and one-copy: each pinned
+                 package (megatron, verl, sglang, transformer_engine, ...) once on sys.path,
+                 the pinned copy (the job scripts run this group before the trainer)
+  native-libs    native_libs.py: each native library of native_libs.txt (NCCL, cuDNN, cuBLAS,
+                 cudart, nvrtc) one copy on the loader path, the lock's wheel's; `ldd -r`
+                 finds no undefined symbol in the compiled extensions (docs/site-checks.md)
   gpu            images/checks/gpu_check.py, only with --gpu
 
 --reuse GROUP=DIGEST: the host holds the results of GROUP from an image with the same
@@ -978,6 +984,17 @@ def check_launch_env(vector: dict) -> list[dict]:
     return out
 
 
+# ----------------------------------------------------------------------------- native libraries
+def check_native_libs(vector: dict) -> list[dict]:
+    """native_libs.py, loaded from its file: putting the checks' folder on sys.path would
+    change what launch-env's one-copy check sees."""
+    spec = importlib.util.spec_from_file_location("mtp_native_libs", HERE / "native_libs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return [result(v.id, v.status, v.detail, v.checked) for v in mod.check(vector)]
+
+
 # ------------------------------------------------------------------------------- GPU
 def check_gpu(gpu: bool) -> list[dict]:
     """With --gpu: the full MTP check on the GPU. Without: its CPU-side part (mode table from
@@ -1292,7 +1309,8 @@ def check_entrypoints(vector: dict) -> list[dict]:
 # layer: the checks' own files and their slice of the version vector, hashed here. The host
 # passes --reuse GROUP=DIGEST for a group that passed on an image with the same lower layers;
 # with the same digest here it is not run again. The other groups (cuda-runtime, login-shell,
-# entrypoints, gpu) read the mode layer's environment and overrides: they always run.
+# launch-env, native-libs, entrypoints, gpu) read the mode layer's environment and overrides
+# (LD_LIBRARY_PATH, PYTHONPATH): they always run.
 REUSABLE = {
     "imports": (("run_checks.py", "import_server.py", "import_skip.txt"), ()),
     "pip-check": (("run_checks.py",), ("resolution", "components")),
@@ -1363,6 +1381,7 @@ def run(
         ("cuda-runtime", lambda: check_cuda(vector)),
         ("login-shell", check_login_shell),
         ("launch-env", lambda: check_launch_env(vector)),
+        ("native-libs", lambda: check_native_libs(vector)),
         ("entry-imports", lambda: check_entry_imports(vector)),
         ("entrypoints", lambda: check_entrypoints(vector)),
     ]

@@ -27,6 +27,7 @@ from mtpimage import __version__
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
+from mtpimage.outputs import driver
 from mtpimage.outputs.versionvector import labels, vector_bytes
 from mtpimage.plan.model import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, Plan
 
@@ -462,6 +463,9 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         files.update(_constraints(plan))
     files["mtp/version.json"] = vector_bytes(plan, ext_entries)
     files.update(_tree(images / "checks", "mtp/checks"))
+    # the entrypoint and the driver check, with what this CUDA line needs of the driver
+    files.update(_tree(images / "runtime", "mtp/runtime"))
+    files[driver.FACTS_FILE] = driver.facts_text(driver.need(plan.cuda)).encode()
     for target, lines in plan.verl_overrides:
         files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
     files = dict(sorted(files.items()))

@@ -15,8 +15,8 @@ from pathlib import Path
 import jinja2
 
 from mtpimage.errors import InputError
-from mtpimage.outputs import multinode, rayjob
-from mtpimage.outputs.preflight import preflighted
+from mtpimage.outputs import driver, multinode, rayjob
+from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
 from mtpimage.publish.imageref import ImageRef, Registry
@@ -42,7 +42,8 @@ def _env() -> jinja2.Environment:
 
 
 def prerequisites(plan: Plan) -> list[str]:
-    out = []
+    # the node's driver first: the preflight checks it, but a site plans its nodes by it
+    out = [driver.need(plan.cuda).prerequisite()]
     if "mimo" in plan.models:
         want = verl_facts()["model_config"]["mimo"]["max_position_embeddings"]
         out.append(
@@ -112,6 +113,7 @@ def multinode_script(
         "network_env": layout.network_env,
         "entrypoint": entry,
         "trainer_args": args,
+        "driver_check": DRIVER_CHECK,
     }
     return _env().get_template("multinode.sbatch.j2").render(**ctx)
 

@@ -1,6 +1,8 @@
 """What a user of a built test image sees: login shells keep the image's environment (cluster
-job scripts run `bash -l`), `pip freeze` names each git component's repository and commit, and
-`render --with-sources` writes a directory that plain `docker build` builds."""
+job scripts run `bash -l`), `pip freeze` names each git component's repository and commit,
+`render --with-sources` writes a directory that plain `docker build` builds, the image's
+ENTRYPOINT checks the node's driver first (a stub nvidia-smi for 575, 580 and 595), and the
+site checks find a planted second NCCL and a second megatron on PYTHONPATH (issue 37)."""
 
 from __future__ import annotations
 
@@ -108,3 +110,101 @@ def test_render_with_sources_is_a_context_plain_docker_builds(world, tmp_path):
     )
     assert not stale.exists()
     assert Path(full / "Dockerfile").read_bytes() == (pure / "Dockerfile").read_bytes()
+
+
+# ------------------------------------------------------------------------ issue 37: site checks
+CHECKS = "/opt/mtp/checks/run_checks.py"
+# nvidia-smi as the container toolkit mounts it, answering what the test asks for
+STUB_SMI = '#!/bin/sh\necho "${STUB_DRIVER:?}, ${STUB_GPU:?}"\n'
+
+
+@pytest.fixture(scope="module")
+def gpu_node(world, tmp_path_factory) -> str:
+    """The built image, FROM which a stub nvidia-smi and the compat libraries' place
+    (/usr/local/cuda/compat, as cuda-compat fills it) are added: its ENTRYPOINT is the built one."""
+    host = world["host"]
+    ctx = tmp_path_factory.mktemp("gpu-node")
+    (ctx / "nvidia-smi").write_text(STUB_SMI)
+    (ctx / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nCOPY --chmod=755 nvidia-smi /usr/local/bin/nvidia-smi\n"
+        "RUN mkdir -p /usr/local/cuda/compat && : > /usr/local/cuda/compat/libcuda.so.1\n"
+    )
+    tag = f"{host.registry}/mtp-e2e/gpu-node:{PROFILE}"
+    built = host.build(ctx, tag)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    yield tag
+    host.docker("image", "rm", tag, check=False)
+
+
+def test_the_image_entrypoint_is_the_driver_check(world):
+    entry = world["host"].docker("image", "inspect", "--format", "{{json .Config.Entrypoint}}", IMAGE)
+    assert json.loads(entry.stdout) == ["/opt/mtp/runtime/entrypoint.sh"]
+    facts = _in_image(world, "cat", "/opt/mtp/runtime/driver.facts")
+    assert "min_driver=580" in facts.stdout and "cuda_line=13.0" in facts.stdout
+
+
+@pytest.mark.parametrize(
+    "version, gpu, rc, says, compat",
+    [
+        (
+            "575.57.08",
+            "NVIDIA GeForce RTX 4090",
+            1,
+            "forward compatibility is for data-center GPUs only",
+            False,
+        ),
+        ("575.57.08", "NVIDIA H200", 0, "forward-compatibility libraries are used", True),
+        (
+            "580.159.04",
+            "NVIDIA H200",
+            0,
+            "fits CUDA 13.0 (needs >= 580); forward-compatibility libraries not",
+            False,
+        ),
+        (
+            "595.44.01",
+            "NVIDIA H200",
+            0,
+            "fits CUDA 13.0 (needs >= 580); forward-compatibility libraries not",
+            False,
+        ),
+    ],
+)
+def test_the_entrypoint_answers_each_driver(world, gpu_node, version, gpu, rc, says, compat):
+    proc = world["host"].docker(
+        "run", "--rm", "-e", f"STUB_DRIVER={version}", "-e", f"STUB_GPU={gpu}", gpu_node,
+        "sh", "-c", 'echo "command ran; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"',
+        check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert ("command ran" in proc.stdout) is (rc == 0)
+    assert ("/usr/local/cuda/compat" in proc.stdout) is compat
+    if rc:
+        assert f"NVIDIA driver {version} found (nvidia-smi), CUDA 13.0 needs >= 580 (fix: " in proc.stderr
+
+
+def test_native_libs_passes_here_and_names_a_planted_second_nccl(world):
+    ok = _in_image(world, "python", CHECKS, "--only", "native-libs")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"^SKIP +native-libs:nccl ", ok.stdout, re.M), ok.stdout  # a test base: no NCCL
+    plant = (
+        "mkdir -p /tmp/a /tmp/b && echo a > /tmp/a/libnccl.so.2 && echo b > /tmp/b/libnccl.so.2.28.3 && "
+        f"LD_LIBRARY_PATH=/tmp/a:/tmp/b exec python {CHECKS} --only native-libs"
+    )
+    bad = _in_image(world, "sh", "-c", plant)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    line = next(x for x in bad.stdout.splitlines() if "native-libs:nccl" in x)
+    assert line.startswith("FAIL") and "/tmp/a/libnccl.so.2" in line and "/tmp/b/libnccl.so.2.28.3" in line
+
+
+def test_launch_env_names_a_second_megatron_on_pythonpath(world):
+    plant = (
+        "mkdir -p /tmp/Megatron-LM/megatron/core && : > /tmp/Megatron-LM/megatron/core/__init__.py && "
+        f"PYTHONPATH=/tmp/Megatron-LM exec python {CHECKS} --only launch-env"
+    )
+    bad = _in_image(world, "sh", "-c", plant)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert re.search(
+        r"^FAIL +launch-env:one-copy .*megatron\.core comes first from /tmp/Megatron-LM", bad.stdout, re.M
+    ), bad.stdout

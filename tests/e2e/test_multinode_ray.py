@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from mtpimage.manifests import manifest
+from mtpimage.outputs import driver
 from mtpimage.outputs.jobscripts import job_script
 from mtpimage.outputs.multinode import Layout
 from mtpimage.plan.model import build_plan
@@ -42,13 +43,17 @@ RUN python3 -m venv /opt/ray \\
  && rm -rf /tmp/wheels
 COPY standin /opt/standin
 COPY checks /opt/mtp/checks
+COPY runtime /opt/mtp/runtime
 COPY version.json /opt/mtp/version.json
 ENV PATH=/opt/ray/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/opt/standin \
     VERL_USE_UV=0
 """
 # What the job scripts' preflight (mtpimage/outputs/preflight.py) reads: the image's own checks
-# and a version vector whose verl asks for VERL_USE_UV=0, as a built image's does.
+# and a version vector whose verl asks for VERL_USE_UV=0, as a built image's does, and its
+# driver check with the facts a render writes (no driver in these containers: it goes on).
 CHECKS = Path(__file__).resolve().parents[2] / "images" / "checks"
+RUNTIME = Path(__file__).resolve().parents[2] / "images" / "runtime"
+DRIVER_FACTS = driver.facts_text(driver.need("13.0.2"))
 VECTOR = {
     "components": [{"name": "verl", "package": "verl", "runtime_env": {"VERL_USE_UV": "0"}}],
     "packages": [],
@@ -59,8 +64,9 @@ def _inputs_digest(base: str) -> str:
     h = hashlib.sha256(DOCKERFILE.format(base=base).encode())
     for path in sorted([HERE / "requirements-ray.txt", *(HERE / "standin").rglob("*.py")]):
         h.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
-    for path in sorted(p for p in CHECKS.glob("*") if p.is_file()):
+    for path in sorted(p for d in (CHECKS, RUNTIME) for p in d.glob("*") if p.is_file()):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(DRIVER_FACTS.encode())
     h.update(json.dumps(VECTOR, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -93,6 +99,8 @@ def ray_image(docker_host, tmp_path_factory) -> str:
     (ctx / "requirements-ray.txt").write_bytes((HERE / "requirements-ray.txt").read_bytes())
     subprocess.run(["cp", "-r", str(HERE / "standin"), str(ctx / "standin")], check=True)
     subprocess.run(["cp", "-r", str(CHECKS), str(ctx / "checks")], check=True)
+    subprocess.run(["cp", "-r", str(RUNTIME), str(ctx / "runtime")], check=True)
+    (ctx / "runtime" / "driver.facts").write_text(DRIVER_FACTS)
     (ctx / "version.json").write_text(json.dumps(VECTOR))
     (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=docker_host.base_image))
     built = docker_host.build(ctx, tag, timeout=900)
@@ -183,6 +191,8 @@ def test_two_containers_form_one_ray_cluster_and_the_trainer_sees_both(docker_ho
     proc = _run_job(docker_host, tmp_path, _script(cluster, layout), names, join_timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"ray: 2 of 2 nodes joined ({', '.join(sorted(names))}); 4 GPUs" in proc.stdout
+    # the driver check ran before each ray start and the trainer (no driver in these containers)
+    assert proc.stderr.count("mtp driver check: no NVIDIA driver visible") == 3, proc.stderr[-3000:]
     report = _report(proc.stdout)
     assert report["node_names"] == sorted(names)
     assert report["task_hosts"] == sorted(names)  # one task ran in each container

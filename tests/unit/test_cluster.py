@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from mtpimage.manifests import manifest
+from mtpimage.outputs import preflight
 from mtpimage.outputs.jobscripts import job_script
 from mtpimage.plan.model import build_plan
 
@@ -204,7 +205,7 @@ def test_kuberay_rayjob_from_the_cli():
     entry = doc["spec"]["entrypoint"]
     assert (
         entry.index("auto 600 4")
-        < entry.index("&& bash -c ")
+        < entry.index(f"&& {preflight.DRIVER_CHECK} bash -c ")
         < entry.index("mtp-preflight python3 -m verl.trainer.main_ppo")
     )
     assert entry.endswith("trainer.nnodes=4 trainer.n_gpus_per_node=8")

@@ -100,6 +100,8 @@ def test_launch_env_fails_on_a_missing_variable_and_a_shadowing_path(rc, site, t
 @pytest.mark.parametrize("check, ran", [("true", True), ("false", False)])
 def test_the_preflight_starts_the_trainer_only_after_the_check_passed(monkeypatch, check, ran, tmp_path):
     monkeypatch.setattr(preflight, "LAUNCH_ENV_CHECK", check)
+    # the image's driver check, here without its facts file: an image stating no requirement
+    monkeypatch.setattr(preflight, "DRIVER_CHECK", f"{IMAGES_DIR / 'runtime' / 'driver-check.sh'} --job --")
     marker = tmp_path / "trainer-ran"
     cmd = preflight.preflighted(f"touch {marker}")
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)

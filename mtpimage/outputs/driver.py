@@ -1,0 +1,89 @@
+"""The NVIDIA driver an image needs (issue 37, item 4), from mtpimage/data/drivers.yaml.
+
+Two readers: the image, whose driver check (images/runtime/driver-check.sh, run by the
+entrypoint and by the job scripts' preflight) reads the facts this module writes into the
+build context (mtp/runtime/driver.facts: plain KEY=VALUE lines, so a POSIX shell reads them
+without running them); and the job scripts, whose heads state the requirement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from mtpimage.errors import InputError
+
+DATA = "mtpimage/data/drivers.yaml"
+RUNTIME_DIR = "/opt/mtp/runtime"  # images/runtime/ in the image
+DRIVER_CHECK = f"{RUNTIME_DIR}/driver-check.sh"
+FACTS_FILE = "mtp/runtime/driver.facts"  # in the build context: /opt/mtp/runtime/driver.facts
+_FAMILY = re.compile(r"[A-Za-z0-9]+")
+
+
+@dataclass(frozen=True)
+class DriverNeed:
+    cuda_line: str  # MAJOR.MINOR
+    min_driver: int  # the oldest driver branch that runs it natively
+    compat_dir: str
+    datacenter_gpus: tuple[str, ...]  # GPU families that may use forward compatibility
+
+    @property
+    def gpu_pattern(self) -> str:
+        """A POSIX extended regex over nvidia-smi's GPU name: one of the data-center families."""
+        return f"^(NVIDIA |Tesla )?({'|'.join(self.datacenter_gpus)})([ -].*)?$"
+
+    def prerequisite(self) -> str:
+        """The job scripts' head line."""
+        return (
+            f"NVIDIA driver >= {self.min_driver} (CUDA {self.cuda_line}) on every node, or an older one "
+            "on a data-center GPU through the image's cuda-compat (the preflight checks which)"
+        )
+
+
+@cache
+def _facts() -> dict:
+    return yaml.safe_load(resources.files("mtpimage.data").joinpath("drivers.yaml").read_text())
+
+
+def cuda_line(cuda: str) -> str:
+    return ".".join(str(cuda).split(".")[:2])
+
+
+def need(cuda: str) -> DriverNeed:
+    """What an image of platform.cuda `cuda` (13.0.2) needs; a one-line error for a CUDA line
+    the data file does not know."""
+    facts = _facts()
+    line = cuda_line(cuda)
+    row = (facts.get("cuda_lines") or {}).get(line)
+    if not row:
+        known = ", ".join(sorted(facts.get("cuda_lines") or {}))
+        raise InputError(
+            DATA,
+            f"cuda_lines.{line}",
+            f"no minimum NVIDIA driver for CUDA {line} (platform.cuda {cuda}); known: {known}",
+            f"add the line with its min_driver from NVIDIA's CUDA release notes to {DATA}",
+        )
+    compat = facts["compat"]
+    families = tuple(str(f) for f in compat["datacenter_gpus"])
+    bad = [f for f in families if not _FAMILY.fullmatch(f)]
+    if bad:
+        raise InputError(
+            DATA, "compat.datacenter_gpus", f"{bad[0]!r} is not a GPU family name", "letters and digits only"
+        )
+    return DriverNeed(line, int(row["min_driver"]), str(compat["dir"]), families)
+
+
+def facts_text(n: DriverNeed) -> str:
+    """/opt/mtp/runtime/driver.facts, as driver-check.sh reads it."""
+    return (
+        "# What this image's CUDA line needs of the NVIDIA driver, for driver-check.sh.\n"
+        f"# Written at render by mtpimage/outputs/driver.py from {DATA}; a render writes it again.\n"
+        f"cuda_line={n.cuda_line}\n"
+        f"min_driver={n.min_driver}\n"
+        f"compat_dir={n.compat_dir}\n"
+        f"datacenter_gpus={n.gpu_pattern}\n"
+    )
