@@ -12,7 +12,7 @@ start-up, and with a preload without paying torch's, for each one.
 
 It imports nothing a fresh interpreter has not already imported (os, sys, time, builtins,
 _signal are there at start-up): a child must see a fresh interpreter's modules plus the
-preload, nothing else. run_checks.py runs two (README, "In-image checks"):
+preload, nothing else. run_checks.py runs two (docs/checks.md):
   - one without preload, whose children are fresh interpreters but for the fork; a child that
     asks for a module of `handoff` (torch) stops there and reports `needs`, having run its
     module's import up to that point as a fresh interpreter would;

@@ -129,7 +129,7 @@ def top_level_modules(dist) -> set[str]:
 # imports the heavy common base once and forks a child per module; a child's verdict stands
 # only where it is a fresh interpreter's: every failure, crash, hang and every module that
 # did not itself import the preload first is imported again in a fresh interpreter, whose
-# verdict is the one reported (README, "In-image checks", for what this leaves open).
+# verdict is the one reported (docs/checks.md, "In-image checks": "Not covered", for what this leaves open).
 IMPORT_TIMEOUT = float(os.environ.get("MTP_IMPORT_TIMEOUT") or 300)
 # Measured on the real stack (bench/RESULTS.md): torch is the one module most others import,
 # and the largest share of their import time; MTP_IMPORT_PRELOAD replaces it (comma list).
