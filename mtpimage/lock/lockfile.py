@@ -52,6 +52,21 @@ def shown(manifests_root: Path, name: str = LOCK_NAME) -> str:
         return str(path)
 
 
+def relock_command(manifests_root: Path) -> str:
+    """The `lock` command line that locks these manifests again (`--manifests DIR` where they
+    are not the default ones, so the fix a message gives locks the right directory)."""
+    from mtpimage.locations import DEFAULT_MANIFESTS
+
+    root = Path(manifests_root)
+    if root.absolute().resolve() == Path(DEFAULT_MANIFESTS).absolute().resolve():
+        return "python3 build.py lock"
+    try:
+        shown_root = str(root.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown_root = str(root.absolute())
+    return f"python3 build.py lock --manifests {shown_root}"
+
+
 # ----------------------------------------------------------------------------- entries
 
 
@@ -454,12 +469,28 @@ def locked_probes(manifests, plan: Plan) -> dict:
     }
 
 
-def locked_requirements(manifests, plan: Plan) -> tuple:
+_READ = object()  # locked_requirements' default: read lock.yaml itself
+
+
+def locked_base_platform(lock: dict | None, plan: Plan):
+    """lock.yaml's platform manifest record of the plan's base (a BasePlatform), or None when
+    the lock has none or was made for another base (name, tag or digest)."""
+    from mtpimage.publish.baseplatform import from_lock
+
+    base = (lock or {}).get("base_image") or {}
+    if {k: base.get(k) for k in ("name", "tag", "digest")} != base_pin(plan):
+        return None
+    return from_lock(base)
+
+
+def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple:
     """Every distribution lock.yaml resolved for this profile, as (name, version, layer, index,
     file, sha256): what the image installs, exactly, with no resolution at build time. Git
     sources are left out (they are built from their pinned commits). Empty when there is no
-    lock or it does not match the plan (then `--frozen` refuses the build anyway)."""
-    lock = read(lock_path(Path(manifests.root)))
+    lock or it does not match the plan (then `--frozen` refuses the build anyway). `lock`:
+    lock.yaml as the caller read it."""
+    if lock is _READ:
+        lock = read(lock_path(Path(manifests.root)))
     if lock is None:
         return ()
     try:

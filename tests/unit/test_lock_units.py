@@ -147,7 +147,7 @@ def test_lock_dump_is_stable_and_write_is_atomic(tmp_path):
 
 
 def _lock_for(m, plan) -> dict:
-    from mtpimage.commands.lock import BASE_UNVERIFIED  # noqa: F401 - module imports cleanly
+    from mtpimage.commands.lock import cmd_lock  # noqa: F401 - module imports cleanly
 
     base = lockfile.base_pin(plan)
     return {
