@@ -8,6 +8,7 @@ every pin of requirements.txt installed in .venv/ (a directory listing, no pip) 
 re-run inside it at once; pip runs again only when a pin is missing there.
 """
 
+import importlib.util
 import sys
 
 # A remembered no-op answers here, before anything else is imported or looked for
@@ -15,7 +16,13 @@ import sys
 from mtpimage import settings
 from mtpimage.build import fastpath
 
-_reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" else (None, None)
+# find_spec, not import: importing them costs time on every run.
+REQUIRED = ("jinja2", "jsonschema", "packaging", "requests", "tenacity", "yaml")
+# An interpreter without them re-runs this file inside .venv/ (below), whose look-up is the one
+# that answers: asked here too, under this interpreter's key, it could only miss (and with
+# MTP_FASTPATH_TRACE say so, before the .venv run's hit).
+_has_deps = all(importlib.util.find_spec(name) for name in REQUIRED)
+_reply, _key = fastpath.lookup(sys.argv[1:]) if __name__ == "__main__" and _has_deps else (None, None)
 if _reply is not None:
     try:
         fastpath.replay(_reply)
@@ -25,7 +32,6 @@ if _reply is not None:
         sys.exit(quiet_exit_for_gone_reader())
     sys.exit(0)
 
-import importlib.util  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
@@ -119,9 +125,7 @@ def _bootstrap() -> None:
     _reexec(python)
 
 
-# find_spec, not import: importing them costs time on every run.
-REQUIRED = ("jinja2", "jsonschema", "packaging", "requests", "tenacity", "yaml")
-if any(importlib.util.find_spec(name) is None for name in REQUIRED):
+if not _has_deps:
     _bootstrap()
 
 from mtpimage.cli import invoke, main  # noqa: E402

@@ -109,6 +109,9 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fetch each pinned source and decide rules from its code (see `lock`)",
     )
+    from mtpimage.commands.image import add_registry_mirror
+
+    add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
 
     p = subs.add_parser("explain", help="the verl overrides for a profile, and when to choose it")
     _common(p, sub=True)
@@ -174,6 +177,7 @@ def cmd_check(args) -> int:
     m = load_for(args)
     names = [args.profile] if getattr(args, "profile", None) else m.names()
     plans = [plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)) for name in names]
+    bases = base_platforms(plans, m.root, getattr(args, "registry_mirror", None))
     reports = evaluate_plans(plans, m.root, args.probe_sources)
     unfetched = {c: why for _, _, missing in reports for c, why in missing.items()}
     failed = any(rules.errors(res) for _, res, _ in reports)
@@ -186,6 +190,7 @@ def cmd_check(args) -> int:
                         "image": image_of(p, m.root),
                         "ok": not rules.errors(res),
                         "rules": [r.to_dict() for r in res],
+                        "base_platform": bases[p.profile].to_dict(),
                         **({"unfetched_sources": miss} if args.probe_sources else {}),
                     }
                     for p, res, miss in reports
@@ -195,6 +200,8 @@ def cmd_check(args) -> int:
         )
     else:
         print_checks([(plan, res) for plan, res, _ in reports])
+        for line in dict.fromkeys(v.line for v in bases.values()):  # one line per distinct base
+            print(f"base image {line}")
         from mtpimage.manifests import sitefacts
 
         added = sitefacts.load(m.root, rules.facts()).added
@@ -216,6 +223,16 @@ def cmd_check(args) -> int:
     if failed:
         return EXIT_RULES
     return EXIT_ENV if unfetched else 0
+
+
+def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
+    """profile -> its base's platform manifest verdict (pipeline.base_platform), each distinct
+    base read once; a lock that records another manifest stops `check` here, in one line."""
+    from mtpimage.build.pipeline import BuildOptions, base_platform
+    from mtpimage.mirrors import Mirrors
+
+    options = BuildOptions(mirrors=Mirrors.configured(registry_mirror))
+    return {p.profile: base_platform(p, root, options.mirrors_for(p)) for p in plans}
 
 
 def cmd_explain(args) -> int:
@@ -340,7 +357,11 @@ def cmd_main(args):
             # that drifted is the first thing it stops on (its warning comes with the run)
             check_frozen(main_job(args, m, plan), warn=lambda _msg: None)
             base_first(
-                plan, image_of(plan, m.root), getattr(args, "registry", None), build_options(args).mirrors
+                plan,
+                image_of(plan, m.root),
+                getattr(args, "registry", None),
+                build_options(args).mirrors,
+                m.root,
             )
         print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):

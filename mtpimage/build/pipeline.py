@@ -167,12 +167,41 @@ def base_preflight(plan: Plan, mirrors: BuildMirrors | None = None) -> None:
         ) from None
 
 
-def base_first(plan: Plan, image: str, registry, mirrors: Mirrors | None = None) -> None:
+# verdicts already given in this process, by (base, lock's record, lock file, mirrors): what
+# a registry serves at a digest cannot change, so the main job's two asks cost one look-up
+_PLATFORM_VERDICTS: dict[tuple, object] = {}
+
+
+def base_platform(plan: Plan, manifests_root: Path | None, mirrors: BuildMirrors | None = None):
+    """The base read again at its pinned digest, its build-platform manifest compared with the
+    one lock.yaml records (publish/baseplatform.py): a baseplatform.Verdict, verified or saying
+    why not; a lock that records another manifest is refused (InputError, the fix: lock)."""
+    from mtpimage.publish import baseplatform
+
+    where = lockfile.shown(manifests_root) if manifests_root else lockfile.LOCK_NAME
+    relock = lockfile.relock_command(manifests_root) if manifests_root else "python3 build.py lock"
+    key = (plan.base_image, plan.base_platform, plan.substitutions, where, mirrors)
+    if key in _PLATFORM_VERDICTS:
+        return _PLATFORM_VERDICTS[key]
+    verdict = baseplatform.verify(plan, where, relock, mirrors)
+    if verdict.status in ("verified", "unrecorded"):  # the registry answered: it stays so
+        _PLATFORM_VERDICTS[key] = verdict
+    return verdict
+
+
+def base_first(
+    plan: Plan, image: str, registry, mirrors: Mirrors | None = None, manifests_root: Path | None = None
+) -> None:
     """The base preflight before anything is printed, where the build would need the base: the
-    docker engine, the image not here, no registry that could answer "up to date"."""
+    docker engine, the image not here, no registry that could answer "up to date". With the
+    manifests' root, the base's platform manifest too (a lock that records another one stops
+    here, in one line)."""
     if engine.current().name != "docker" or registry is not None or release.local_id(image) is not None:
         return
-    base_preflight(plan, BuildOptions(mirrors=mirrors or Mirrors.configured()).mirrors_for(plan))
+    build_mirrors = BuildOptions(mirrors=mirrors or Mirrors.configured()).mirrors_for(plan)
+    base_preflight(plan, build_mirrors)
+    if manifests_root is not None:
+        base_platform(plan, manifests_root, build_mirrors)
 
 
 def fetched_indexes(plan: Plan) -> dict[str, str]:
@@ -216,6 +245,7 @@ def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say 
     eng = engine.current()
     if eng.name == "docker":  # buildah pulls the base by its digest into a clean builder
         base_preflight(plan, options.mirrors_for(plan))
+    say(f"base    {base_platform(plan, rendered.manifests_root, options.mirrors_for(plan)).line}")
     t0 = time.monotonic()
     req = build_request(plan, rendered, options, say)
     say(f"build   {rendered.identity} with {eng.describe()}")

@@ -41,11 +41,18 @@ def group(rendered: list[Rendered]) -> dict[str, list[Rendered]]:
 def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say) -> str:
     """BuildKit build of the stack with its cache inside the image; the untagged image id."""
     from mtpimage.build.buildctx import build_context
-    from mtpimage.build.pipeline import base_preflight, extension_labels, extension_wheels, index_preflight
+    from mtpimage.build.pipeline import (
+        base_platform,
+        base_preflight,
+        extension_labels,
+        extension_wheels,
+        index_preflight,
+    )
 
     plan = rendered.plan
     mirrors = options.mirrors_for(plan)
     base_preflight(plan, mirrors)
+    say(f"base    {base_platform(plan, rendered.manifests_root, mirrors).line}")
     index_preflight(plan, mirrors)
     t0 = time.monotonic()
     cut = stack.stack_rendered(rendered)

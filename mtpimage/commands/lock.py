@@ -6,6 +6,9 @@
 What cannot be checked from this machine (a host git cannot resolve, an index that does
 not answer, the base image's registry) is recorded as `verified: false` with the reason
 and listed at the end; `lock` still writes the file and exits 0 unless --require-verified.
+The base image's digest stays as components.yaml pins it; where its registry (or the mirror of
+--registry-mirror / MTP_REGISTRY_MIRROR) answers, the digest of the manifest a build pulls from
+it for the build platform is recorded beside it (docs/platform-pin.md).
 A package (not one the tool compiles) whose index does not answer is not recorded but fails
 the lock (exit 3): without its file's sha256 the image would install it by version alone.
 Anything that answered and said no (a commit missing upstream, a refused connection, a
@@ -33,10 +36,11 @@ import argparse
 import sys
 
 from mtpimage.errors import EXIT_ENV, EXIT_RULES, InputError
-from mtpimage.lock.locker import BASE_UNVERIFIED, exclusive, lock
+from mtpimage.lock.locker import exclusive, lock
+from mtpimage.mirrors import Mirrors
 from mtpimage.plan.load import load, load_for
 
-__all__ = ["BASE_UNVERIFIED", "register", "add_main_options", "cmd_lock"]
+__all__ = ["register", "add_main_options", "cmd_lock"]
 
 
 def register(subparsers, add_common) -> None:
@@ -73,6 +77,9 @@ def register(subparsers, add_common) -> None:
         action="store_true",
         help="fail (exit 3, nothing written) when anything could not be verified",
     )
+    from mtpimage.commands.image import add_registry_mirror
+
+    add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
     p.set_defaults(func=cmd_lock)
 
 
@@ -98,7 +105,14 @@ def cmd_lock(args) -> int:
     m = load_for(args)
     with exclusive(m.root, waiting=lambda msg: print(msg, file=sys.stderr, flush=True)):
         m = load(m.root)  # as the previous lock run (if any) left them
-        out = lock(m, getattr(args, "profile", None), args.upgrade, args.require_verified, args.exclude_newer)
+        out = lock(
+            m,
+            getattr(args, "profile", None),
+            args.upgrade,
+            args.require_verified,
+            args.exclude_newer,
+            mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)).for_build(()),
+        )
     if out.failures:
         return refused(out, m.root)
     if not out.written:

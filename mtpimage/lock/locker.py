@@ -3,6 +3,8 @@ write manifests/lock.yaml (the command line is commands/lock.py's).
 
 What cannot be checked from this machine (a host git cannot resolve, an index that does
 not answer, the base image's registry) is recorded as `verified: false` with the reason;
+the base's digest is kept as components.yaml writes it, and the manifest the build pulls from
+it for the build platform is recorded beside it where its registry answers (baseplatform.py);
 anything that answered and said no (a commit missing upstream, a refused connection, a
 transfer cut off) fails the lock, and neither lock.yaml nor the source cache is changed.
 A package whose index does not answer fails it too (pythonset.HashlessPackage): with no file there is
@@ -30,17 +32,15 @@ from mtpimage.lock.sources import SourceSet
 from mtpimage.manifests import manifest, rules
 from mtpimage.manifests.patches import PatchUnavailable
 from mtpimage.manifests.patches import as_files as patch_files
+from mtpimage.mirrors import BuildMirrors
 from mtpimage.plan.model import Component, Plan, build_plan
+from mtpimage.publish import baseplatform
+from mtpimage.publish.baseplatform import BaseNotServed
 
 # `now` as a cutoff is an hour ago: an upload takes minutes to reach every index page and
 # mirror, and uv answers from a page it fetched up to 10 minutes before; a cutoff that recent
 # could resolve differently on the next machine.
 SETTLE = timedelta(hours=1)
-
-BASE_UNVERIFIED = (
-    "lock does not query container registries; the digest is kept as written "
-    "in components.yaml (verify with `docker buildx imagetools inspect NAME:TAG`)"
-)
 
 
 @dataclass
@@ -438,12 +438,14 @@ def lock(
     exclude_newer: str | None = None,
     to: str | None = None,
     write: bool = True,
+    mirrors: BuildMirrors | None = None,
 ) -> LockOutcome:
     """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive().
     exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ); to: the ref (or a
     PyPI component's version) `upgrade_target` moves to. Stages: the cutoff and upgrades (held
     in memory), one pin per component, verify and resolve every profile, the document; then,
-    only when nothing failed (and `write`), components.yaml and lock.yaml in one commit."""
+    only when nothing failed (and `write`), components.yaml and lock.yaml in one commit.
+    mirrors: the registry mirrors the base is read through (a build pulls it from them)."""
     names = [only] if only else m.names()
     for n in names:
         manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
@@ -470,7 +472,8 @@ def lock(
             sets=dict(old.get("python_sets") or {}),
         )
         _lock_profiles(m, plans, locker, entries)
-    except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable) as exc:
+        base = _base_entry(plans[0], previous, mirrors, locker)
+    except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable, BaseNotServed) as exc:
         raise BuilderError(f"lock failed, {_untouched(staged, m.root)}: {exc.one_line()}") from None
     except InputError as exc:
         if staged is None:
@@ -479,12 +482,7 @@ def lock(
             exc.where, exc.key, f"{exc.problem} ({_untouched(staged, m.root)})", exc.fix
         ) from None
     entries.sets.update(locker.sets)
-    doc = _document(plans, cutoff, entries)
-    locker.unverified.insert(
-        0,
-        f"base image {doc['base_image']['name']}:{doc['base_image']['tag']}: digest not checked "
-        f"({BASE_UNVERIFIED.split(';')[0]})",
-    )
+    doc = _document(plans, cutoff, entries, base)
     outcome = LockOutcome(
         written=False,
         moved=[mv.line() for mv in moves],
@@ -589,13 +587,32 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
         }
 
 
-def _document(plans: list[Plan], cutoff: dict, e: _LockEntries) -> dict:
+def _base_entry(plan: Plan, previous: dict | None, mirrors: BuildMirrors | None, locker: Locker) -> dict:
+    """lock.yaml's `base_image`: the manifests' pin, and the platform manifest it names where
+    the registry (or the mirror a build pulls from) answers; unverified with the reason where not."""
+    base = lockfile.base_pin(plan)
+    image = plan.base_image
+    previous_base = (previous or {}).get("base_image")
+    fields, unverified = baseplatform.lock_entry(image, previous_base, mirrors)
+    base.update(fields)
+    if unverified:
+        locker.unverified.insert(0, f"base image {base['name']}:{base['tag']}: {unverified}")
+    else:
+        locker.notes.append(
+            f"base image {base['name']}:{base['tag']}: {base['platform']} manifest "
+            f"{base['platform_digest']} ({base['manifest']}) recorded beside {base['digest']}"
+        )
+        moved = baseplatform.tag_moved(image, mirrors)
+        if moved:
+            locker.notes.append(moved)
+    return base
+
+
+def _document(plans: list[Plan], cutoff: dict, e: _LockEntries, base: dict) -> dict:
     """lock.yaml's document: only what the locked profiles use, every section sorted."""
     live = {p["python_set"] for p in e.profiles.values()}
     used_components = {c for p in e.profiles.values() for c in p["components"]}
     used_packages = {c for p in e.profiles.values() for c in p["packages"]}
-    base = lockfile.base_pin(plans[0])
-    base.update(verified=False, reason=BASE_UNVERIFIED)
     return {
         "schema": lockfile.LOCK_SCHEMA,
         "target": {

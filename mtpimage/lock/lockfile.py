@@ -52,6 +52,21 @@ def shown(manifests_root: Path, name: str = LOCK_NAME) -> str:
         return str(path)
 
 
+def relock_command(manifests_root: Path) -> str:
+    """The `lock` command line that locks these manifests again (`--manifests DIR` where they
+    are not the default ones, so the fix a message gives locks the right directory)."""
+    from mtpimage.locations import DEFAULT_MANIFESTS
+
+    root = Path(manifests_root)
+    if root.absolute().resolve() == Path(DEFAULT_MANIFESTS).absolute().resolve():
+        return "python3 build.py lock"
+    try:
+        shown_root = str(root.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown_root = str(root.absolute())
+    return f"python3 build.py lock --manifests {shown_root}"
+
+
 # ----------------------------------------------------------------------------- entries
 
 
@@ -285,10 +300,12 @@ def changed_files(old: dict | None, new: dict) -> list[str]:
 # ----------------------------------------------------------------------------- --frozen
 
 
-def _fix(name: str | None = None) -> str:
+def _fix(root: Path, name: str | None = None) -> str:
+    """The frozen check's fix: lock the manifests the run read (`--manifests` where they are not
+    the default ones) and commit their lock file, as `shown` names it."""
     up = f" (or `lock --upgrade {name}`)" if name else ""
     return (
-        f"run `python build.py lock`{up} and commit manifests/lock.yaml, "
+        f"run `{relock_command(root)}`{up} and commit {shown(root)}, "
         "or build with --no-frozen to try unlocked pins"
     )
 
@@ -302,6 +319,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
     """Raise InputError naming what drifted when the manifests and lock.yaml disagree."""
     root = Path(manifests.root)
     where = f"{root.name}/{LOCK_NAME}"
+    fix = _fix(root)
     if lock is None:
         lock = read(lock_path(root))
     if lock is None:
@@ -309,7 +327,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             where,
             None,
             "no lock file; --frozen needs one",
-            "run `python build.py lock` and commit manifests/lock.yaml, or pass --no-frozen",
+            f"run `{relock_command(root)}` and commit {shown(root)}, or pass --no-frozen",
         )
     profiles = lock.get("profiles") or {}
     if plan.profile not in profiles:
@@ -317,7 +335,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             where,
             f"profiles.{plan.profile}",
             f"profile {plan.profile} is not locked",
-            f"run `python build.py lock --profile {plan.profile}`",
+            f"run `{relock_command(root)} --profile {plan.profile}`",
         )
     entries = lock.get("components") or {}
     locked_names = set(profiles[plan.profile].get("components") or [])
@@ -329,12 +347,12 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             f"profiles.{plan.profile}.components",
             f"stack changed since the lock (added: {', '.join(added) or '-'}; "
             f"removed: {', '.join(removed) or '-'})",
-            _fix(),
+            fix,
         )
     for c in plan.components:
-        entry = entries.get(c.name)
+        entry, up = entries.get(c.name), _fix(root, c.name)
         if entry is None:
-            raise InputError(where, f"components.{c.name}", f"component {c.name} is not locked", _fix())
+            raise InputError(where, f"components.{c.name}", f"component {c.name} is not locked", fix)
         want = component_pin(c)
         have = {k: entry.get(k) for k in want}
         have.update(
@@ -347,7 +365,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
         diffs = _diff(want, have)
         if diffs:
             raise InputError(
-                where, f"components.{c.name}", f"component {c.name} drifted: {'; '.join(diffs)}", _fix(c.name)
+                where, f"components.{c.name}", f"component {c.name} drifted: {'; '.join(diffs)}", up
             )
         lp = [{k: p[k] for k in PATCH_PIN_KEYS if k in p} for p in entry.get("patches") or []]
         mp = [patch_pin(p) for p in c.patches]
@@ -357,15 +375,13 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
                 if len(lp) != len(mp)
                 else "; ".join(f"patch {i} {d}" for i, (a, b) in enumerate(zip(mp, lp)) for d in _diff(a, b))
             )
-            raise InputError(
-                where, f"components.{c.name}.patches", f"component {c.name} drifted: {what}", _fix(c.name)
-            )
-    _refuse_recorded_failures(where, lock, plan)
+            raise InputError(where, f"components.{c.name}.patches", f"component {c.name} drifted: {what}", up)
+    _refuse_recorded_failures(where, lock, plan, root)
     pkgs = lock.get("packages") or {}
     for p in plan.packages:
         entry = pkgs.get(p.name)
         if entry is None:
-            raise InputError(where, f"packages.{p.name}", f"package {p.name} is not locked", _fix())
+            raise InputError(where, f"packages.{p.name}", f"package {p.name} is not locked", fix)
         diffs = _diff(
             package_pin(p),
             {k: entry.get(k) for k in package_pin(p)}
@@ -373,7 +389,7 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
         )
         if diffs:
             raise InputError(
-                where, f"packages.{p.name}", f"package {p.name} drifted: {'; '.join(diffs)}", _fix()
+                where, f"packages.{p.name}", f"package {p.name} drifted: {'; '.join(diffs)}", fix
             )
     # A substitution (substitute.py) is not drift: it is recorded in the plan and the image.
     omitted = {d.split("==", 1)[0] for w, d in plan.substitutions if w == "omitted"}
@@ -383,23 +399,23 @@ def check_frozen(manifests, plan: Plan, lock: dict | None = None) -> None:
             where,
             f"profiles.{plan.profile}.packages",
             "the profile's package list changed since the lock",
-            _fix(),
+            fix,
         )
     base = lock.get("base_image") or {}
     diffs = _diff(base_pin(plan), {k: base.get(k) for k in ("name", "tag", "digest")})
     if diffs and not any(w == "base_image" for w, _d in plan.substitutions):
-        raise InputError(where, "base_image", f"base image drifted: {'; '.join(diffs)}", _fix())
+        raise InputError(where, "base_image", f"base image drifted: {'; '.join(diffs)}", fix)
     target = lock.get("target") or {}
     if str(target.get("python")) != plan.python:
         raise InputError(
             where,
             "target.python",
             f"python drifted: manifests {plan.python}, lock.yaml {target.get('python')}",
-            _fix(),
+            fix,
         )
 
 
-def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
+def _refuse_recorded_failures(where: str, lock: dict, plan: Plan, root: Path) -> None:
     """A lock.yaml that records a failure (written by a tool before #36, which wrote failed
     locks): a patch that does not apply, a set that did not resolve, a probe that failed. It
     matches the manifests, but nothing it records was verified: stop as on drift."""
@@ -411,7 +427,7 @@ def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
                     where,
                     f"components.{c.name}.patches[{i}].applies",
                     f"records a patch of {c.name} that does not apply",
-                    _fix(c.name),
+                    _fix(root, c.name),
                 )
     prof = (lock.get("profiles") or {}).get(plan.profile) or {}
     pyset = (lock.get("python_sets") or {}).get(prof.get("python_set")) or {}
@@ -420,7 +436,7 @@ def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
             where,
             f"python_sets.{prof.get('python_set')}.resolved",
             "records a set that did not resolve",
-            _fix(),
+            _fix(root),
         )
     for rid, v in sorted((prof.get("probes") or {}).items()):
         if isinstance(v, dict) and v.get("status") == "fail":
@@ -428,7 +444,7 @@ def _refuse_recorded_failures(where: str, lock: dict, plan: Plan) -> None:
                 where,
                 f"profiles.{plan.profile}.probes.{rid}",
                 f"records a failed probe: {v.get('detail', '')}",
-                _fix(),
+                _fix(root),
             )
 
 
@@ -454,12 +470,28 @@ def locked_probes(manifests, plan: Plan) -> dict:
     }
 
 
-def locked_requirements(manifests, plan: Plan) -> tuple:
+_READ = object()  # locked_requirements' default: read lock.yaml itself
+
+
+def locked_base_platform(lock: dict | None, plan: Plan):
+    """lock.yaml's platform manifest record of the plan's base (a BasePlatform), or None when
+    the lock has none or was made for another base (name, tag or digest)."""
+    from mtpimage.publish.baseplatform import from_lock
+
+    base = (lock or {}).get("base_image") or {}
+    if {k: base.get(k) for k in ("name", "tag", "digest")} != base_pin(plan):
+        return None
+    return from_lock(base)
+
+
+def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple:
     """Every distribution lock.yaml resolved for this profile, as (name, version, layer, index,
     file, sha256): what the image installs, exactly, with no resolution at build time. Git
     sources are left out (they are built from their pinned commits). Empty when there is no
-    lock or it does not match the plan (then `--frozen` refuses the build anyway)."""
-    lock = read(lock_path(Path(manifests.root)))
+    lock or it does not match the plan (then `--frozen` refuses the build anyway). `lock`:
+    lock.yaml as the caller read it."""
+    if lock is _READ:
+        lock = read(lock_path(Path(manifests.root)))
     if lock is None:
         return ()
     try:

@@ -56,7 +56,7 @@ SECTION_TITLES = {
     "resolution": "resolution (declared departures)",
     "python": "python packages (lock.yaml)",
 }
-PLATFORM_FIELDS = ("base_image", "base_digest", "python", "cuda", "os_packages")
+PLATFORM_FIELDS = ("base_image", "base_digest", "base_platform", "python", "cuda", "os_packages")
 PROFILE_FIELDS = ("mode", "experimental", "targets", "models", "rollout_engine")
 COMPONENT_FIELDS = (
     "source",
@@ -126,6 +126,12 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
     platform = {k: raw[k] for k in PLATFORM_FIELDS if k in raw}
     if "base_digest" not in platform and "@" in str(raw.get("base_image", "")):
         platform["base_digest"] = raw["base_image"].split("@", 1)[1]
+    if "base_platform" in platform:
+        # a plan without a record and a vector saying `unrecorded` say the same: no digest
+        bp = platform["base_platform"] or {}
+        platform["base_platform"] = bp.get("digest") and f"{bp.get('manifest')} {bp['digest']}"
+    elif "base_image" in platform:
+        platform["base_platform"] = None
     components = {}
     for c in raw.get("components", []):
         fields = {k: c[k] for k in COMPONENT_FIELDS if k in c}

@@ -64,6 +64,19 @@ def _patch(p) -> dict:
     return d
 
 
+def base_platform(plan: Plan) -> dict:
+    """The manifest the image starts from: the build platform and, as lock.yaml recorded it,
+    what the base digest names (an index or a single-platform image) and that platform's
+    manifest digest; `unrecorded` and null where the lock has no record (made where the
+    registry did not answer, or a substituted base)."""
+    from mtpimage.publish.baseplatform import BUILD_PLATFORM, UNRECORDED
+
+    bp = plan.base_platform
+    if bp is None:
+        return {"platform": BUILD_PLATFORM, "manifest": UNRECORDED, "digest": None}
+    return {"platform": bp.platform, "manifest": bp.manifest, "digest": bp.digest}
+
+
 def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
     facts = verl_facts()
     mode = modes.get(plan.mode)
@@ -106,6 +119,7 @@ def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
         "python": plan.python,
         "cuda": plan.cuda,
         "base_image": plan.base_image,
+        "base_platform": base_platform(plan),
         "plan_digest": plan.digest,
         "components": components,
         "packages": [

@@ -34,12 +34,18 @@ def plan_for(
     """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
     matches it: they are part of what the image is, so of its identity too. `base` and
     `omit` are the substitutions' flags (None: their MTP_* variables; see substitute.py)."""
-    from mtpimage.lock.lockfile import locked_requirements
+    from mtpimage.lock import lockfile
     from mtpimage.plan.substitute import apply as substitute
 
     plan = build_plan(m, manifest.resolve_profile(m, name, sets))
-    locked = locked_requirements(m, plan)
-    return substitute(dataclasses.replace(plan, locked=locked) if locked else plan, base, omit)
+    lock = lockfile.read(lockfile.lock_path(Path(m.root)))
+    changes = {
+        "locked": lockfile.locked_requirements(m, plan, lock),
+        # the manifest the build pulls from the pinned base: it is what the image starts from
+        "base_platform": lockfile.locked_base_platform(lock, plan),
+    }
+    changes = {k: v for k, v in changes.items() if v}
+    return substitute(dataclasses.replace(plan, **changes) if changes else plan, base, omit)
 
 
 def substitutions_of(args) -> dict:

@@ -124,6 +124,17 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class BasePlatform:
+    """lock.yaml's record of the manifest the build pulls from the pinned base for its platform
+    (publish/baseplatform.py): `manifest` says what the base digest names (an `index`, or a
+    `single-platform` image, whose platform digest is that digest itself)."""
+
+    platform: str  # os/architecture, e.g. linux/amd64
+    manifest: str  # index | single-platform
+    digest: str  # the platform manifest's digest
+
+
+@dataclass(frozen=True)
 class Plan:
     profile: str
     summary: str
@@ -159,6 +170,8 @@ class Plan:
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
     builds_against: str = "torch"  # builds.against: builder stages start after its layer
     builder_os_packages: tuple[str, ...] = ()  # builds.os_packages (builder stages only)
+    # lock.yaml's platform manifest of this base (None: not recorded, or a substituted base)
+    base_platform: BasePlatform | None = None
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
     ext_max_jobs: int = field(default=2, compare=False)
     # resolution.routes' links (package, link): evidence shown to people by check and explain,
@@ -187,7 +200,7 @@ class Plan:
         del d["ext_max_jobs"], d["route_links"]
         if not self.cuda_archs:
             del d["builds_against"]
-        for key in ("cuda_archs", "routes", "builder_os_packages"):  # absent when unused
+        for key in ("cuda_archs", "routes", "builder_os_packages", "base_platform"):  # absent when unused
             if not d[key]:
                 del d[key]
         for c in d["components"]:  # absent when unused: older plans keep their digests

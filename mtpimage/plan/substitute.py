@@ -44,7 +44,8 @@ def apply(plan: Plan, base: str | None = None, omit: tuple[str, ...] | list[str]
                 "pin the substitute base by digest (push it to a registry to get one)",
             )
         subs.append(("base_image", f"{plan.base_image} -> {base}"))
-        changes.update(base_image=base, base_digest=base.split("@", 1)[1])
+        # lock.yaml's platform manifest is the manifests' base's, not this one's
+        changes.update(base_image=base, base_digest=base.split("@", 1)[1], base_platform=None)
     if omit:
         names = {p.name for p in plan.packages}
         unknown = sorted(set(omit) - names)

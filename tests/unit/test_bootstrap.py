@@ -66,10 +66,10 @@ def checkout(tmp_path) -> Path:
     return root
 
 
-def _run(root: Path, pip_log: Path) -> subprocess.CompletedProcess:
+def _run(root: Path, pip_log: Path, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MTP_DEBUG", "VIRTUAL_ENV", "PYTHONPATH")}
     # pip, should it run: no config files (no find-links or extra indexes), no index at all
-    env.update(PIP_LOG=str(pip_log), PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
+    env.update(PIP_LOG=str(pip_log), PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", **extra_env)
     return subprocess.run(
         [BASE_PYTHON, "-S", str(root / "build.py"), "--manifests", str(MANIFESTS), "list"],
         cwd=root,
@@ -101,3 +101,13 @@ def test_a_missing_pin_runs_pip(checkout, tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: could not install dependencies")
     assert "Traceback" not in proc.stderr
+
+
+def test_the_fast_path_is_asked_once_by_the_venv_interpreter(checkout, tmp_path):
+    """#38 item 6: the interpreter without the dependencies re-runs build.py inside .venv/; it
+    does not ask the fast path itself (under its own key it could only miss, and the trace
+    said `miss` before the .venv run's `hit`)."""
+    proc = _run(checkout, tmp_path / "pip.log", MTP_FASTPATH_TRACE="1")
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("fastpath:")]
+    assert said == ["fastpath: miss (not a plain local main job)"], proc.stderr

@@ -15,6 +15,8 @@ from mtpimage.lock import lockfile, probes, pydeps, sources
 from mtpimage.manifests import manifest
 from mtpimage.manifests.rules import FAIL, PASS
 
+from .helpers import REPO
+
 
 def write(root: Path, rel: str, text: str) -> None:
     p = root / rel
@@ -147,7 +149,7 @@ def test_lock_dump_is_stable_and_write_is_atomic(tmp_path):
 
 
 def _lock_for(m, plan) -> dict:
-    from mtpimage.commands.lock import BASE_UNVERIFIED  # noqa: F401 - module imports cleanly
+    from mtpimage.commands.lock import cmd_lock  # noqa: F401 - module imports cleanly
 
     base = lockfile.base_pin(plan)
     return {
@@ -371,3 +373,30 @@ def test_messages_name_the_lock_that_manifests_points_at(tmp_path, monkeypatch):
     elsewhere = tmp_path.parent / "site-manifests"
     assert lockfile.shown(elsewhere) == str(elsewhere / "lock.yaml")
     assert lockfile.shown(elsewhere, "components.yaml") == str(elsewhere / "components.yaml")
+
+
+def test_the_frozen_fix_locks_and_commits_the_manifests_that_manifests_points_at(tmp_path, monkeypatch):
+    """#38 item 5, the frozen check's side: `--manifests ELSEWHERE` drifted is fixed by locking
+    ELSEWHERE and committing ELSEWHERE/lock.yaml, not the checkout's manifests/."""
+    import shutil
+
+    elsewhere = tmp_path / "site-manifests"
+    shutil.copytree(REPO / "manifests", elsewhere)
+    m = manifest.load(elsewhere)
+    plan = plan_for(m, "mtp-detach", None)
+    lock = _lock_for(m, plan)
+    lock["components"]["megatron-lm"]["commit"] = "0" * 40
+    with pytest.raises(InputError) as exc:
+        lockfile.check_frozen(m, plan, lock)
+    assert exc.value.fix.startswith(
+        f"run `python3 build.py lock --manifests {elsewhere}` (or `lock --upgrade megatron-lm`) "
+        f"and commit {elsewhere / 'lock.yaml'}, "
+    )
+    monkeypatch.chdir(REPO)  # the checkout's own manifests: the plain command, relative path
+    shipped = manifest.load()
+    plan = plan_for(shipped, "mtp-detach", None)
+    lock = _lock_for(shipped, plan)
+    del lock["profiles"]["mtp-detach"]
+    with pytest.raises(InputError) as exc:
+        lockfile.check_frozen(shipped, plan, lock)
+    assert exc.value.fix == "run `python3 build.py lock --profile mtp-detach`"
