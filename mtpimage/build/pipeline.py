@@ -209,7 +209,7 @@ def fetched_indexes(plan: Plan) -> dict[str, str]:
     backends included), of the packages and of the PyPI components. A git source installed
     from its tree asks an index only for dependencies it declares, which the plan cannot tell."""
     urls = dict(plan.indexes)
-    wanted = [(e[3], e[0]) for e in plan.locked]
+    wanted = [(r.index, r.name) for r in plan.locked]
     wanted += [(p.index, p.name) for p in plan.packages if p.build is None]
     wanted += [(c.index, c.package) for c in plan.components if c.source == "pypi"]
     out: dict[str, str] = {}

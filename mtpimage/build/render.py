@@ -29,7 +29,7 @@ from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.outputs import driver
 from mtpimage.outputs.versionvector import labels, vector_bytes
-from mtpimage.plan.model import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, Plan
+from mtpimage.plan.model import IMAGE_REPOSITORY, MODE_LAYER, OS_LAYER, LockedRow, Plan
 
 PYPI = "pypi"
 
@@ -122,16 +122,16 @@ def _own_packages(plan: Plan, items: tuple[str, ...]) -> set[str]:
     return {canonical(c.package) for c in (plan.component(i) for i in items) if c is not None}
 
 
-def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
+def _wheel_steps(plan: Plan, name: str, mine: list[LockedRow]) -> list[dict]:
     """Locked rows by exact file hash (`--no-deps --require-hashes --only-binary`), sdists
     built from their hashed sdist, and rows locked without a hash by exact version."""
     steps: list[dict] = []
     sdists = {n for n, _ in plan.sdists}
     # compiled by the tool: installed from their cached wheels by sha256 (the extensions layer)
-    mine = [e for e in mine if not extensions.is_built(plan, e[0])]
-    for index in sorted({e[3] for e in mine}):
-        rows = [e for e in mine if e[3] == index]
-        hashed = [e for e in rows if e[5] and e[0] not in sdists]
+    mine = [r for r in mine if not extensions.is_built(plan, r.name)]
+    for index in sorted({r.index for r in mine}):
+        rows = [r for r in mine if r.index == index]
+        hashed = [r for r in rows if r.sha256 and r.name not in sdists]
         if hashed:
             steps.append(
                 {
@@ -140,10 +140,10 @@ def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
                     "index_url": _index_url(plan, index),
                     "file": f"{name}-{index}.txt",
                     "patches": [],
-                    "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in hashed),
+                    "text": "".join(f"{r.hashed_requirement}\n" for r in hashed),
                 }
             )
-        built = [e for e in rows if e[5] and e[0] in sdists]
+        built = [r for r in rows if r.sha256 and r.name in sdists]
         if built:
             steps.append(
                 {
@@ -151,14 +151,14 @@ def _wheel_steps(plan: Plan, name: str, mine: list[tuple]) -> list[dict]:
                     "name": f"{name}-{index}-sdist",
                     "index_url": _index_url(plan, index),
                     "file": f"{name}-{index}-sdist.txt",
-                    "packages": [e[0] for e in built],
+                    "packages": [r.name for r in built],
                     "patches": [],
-                    "text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in built),
+                    "text": "".join(f"{r.hashed_requirement}\n" for r in built),
                 }
             )
         # The Dockerfile never installs by version alone: lock and check refuse such a row
         # (rule hash-pinned); a plan that still has one is a defect, not an input.
-        unhashed = [e[0] for e in rows if not e[5]]
+        unhashed = [r.name for r in rows if not r.sha256]
         if unhashed:
             raise UnpinnedPackage(
                 f"{', '.join(unhashed)} from index {index} would install without a sha256 "
@@ -172,7 +172,7 @@ def _locked_dependency_steps(plan: Plan, layer_name: str, items: tuple[str, ...]
     components. Heavy (torch, sglang's kernels) and stable across pin and patch bumps."""
     own = _own_packages(plan, items)
     return _wheel_steps(
-        plan, layer_name, [e for e in plan.locked if e[2] == layer_name and canonical(e[0]) not in own]
+        plan, layer_name, [r for r in plan.locked if r.layer == layer_name and canonical(r.name) not in own]
     )
 
 
@@ -182,7 +182,9 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
     then patches and records. Nothing is resolved here."""
     own = _own_packages(plan, items)
     steps = _wheel_steps(
-        plan, f"{layer_name}-self", [e for e in plan.locked if e[2] == layer_name and canonical(e[0]) in own]
+        plan,
+        f"{layer_name}-self",
+        [r for r in plan.locked if r.layer == layer_name and canonical(r.name) in own],
     )
     for item in items:
         c = plan.component(item)
@@ -191,7 +193,7 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
         patches = _patch_mounts(c)
         if c.source == "git":
             sub = "" if c.subdir in (".", "") else f"/{c.subdir}"
-            breq = [e for e in plan.locked if e[2] == f"build:{c.name}"]
+            breq = [r for r in plan.locked if r.builds == c.name]
             steps.append(
                 {
                     "kind": "git-locked",
@@ -200,7 +202,7 @@ def _locked_steps(plan: Plan, layer_name: str, items: tuple[str, ...]) -> list[d
                     "index_url": _index_url(plan, c.index),
                     "src": f"/tmp/mtp-src/{c.name}{sub}",
                     "build_file": f"build-{c.name}.txt" if breq else None,
-                    "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in breq),
+                    "build_text": "".join(f"{r.hashed_requirement}\n" for r in breq),
                     "patches": patches,
                 }
             )

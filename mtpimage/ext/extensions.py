@@ -21,7 +21,7 @@ import json
 from packaging.utils import canonicalize_name as canonical
 
 from mtpimage.mirrors import INDEX_SECRET
-from mtpimage.plan.model import Package, Plan
+from mtpimage.plan.model import LockedRow, Package, Plan
 
 KEY_SCHEMA = "mtp-image-builder/extension-key/v1"
 STACK_STAGE = "mtp-torch"  # the stack right after the torch layer: where builders start
@@ -96,9 +96,9 @@ def source_pin(pkg: Package) -> dict:
     return {"kind": "git", "repo": b.repo, "ref": b.ref, "commit": b.commit}
 
 
-def build_rows(plan: Plan, pkg: Package) -> list[tuple]:
+def build_rows(plan: Plan, pkg: Package) -> list[LockedRow]:
     """The locked, hashed build backends of one extension (lock.yaml build_requires)."""
-    return [e for e in plan.locked if e[2] == f"build:{pkg.name}"]
+    return [r for r in plan.locked if r.builds == pkg.name]
 
 
 def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
@@ -113,7 +113,7 @@ def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
         "wheel_stage": wheel_stage(pkg.name),
         "build_file": build_file(pkg.name),
         # unlocked (a --set run, shown but never built --frozen): the declared exact pins
-        "build_text": "".join(f"{e[0]}=={e[1]} --hash=sha256:{e[5]}\n" for e in rows)
+        "build_text": "".join(f"{r.hashed_requirement}\n" for r in rows)
         if rows
         else "".join(f"{r}\n" for r in pkg.build.build_requires),
         "hashed": bool(rows),
@@ -126,10 +126,10 @@ def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
 
 
 def _torch(plan: Plan) -> dict:
-    row = next((e for e in plan.locked if canonical(e[0]) == "torch"), None)
+    row = next((r for r in plan.locked if canonical(r.name) == "torch"), None)
     if row is None:
         return {"version": next((p.version for p in plan.packages if p.name == "torch"), None)}
-    return {"version": row[1], "file": row[4], "sha256": row[5]}
+    return {"version": row.version, "file": row.file, "sha256": row.sha256}
 
 
 def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
@@ -145,7 +145,7 @@ def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
         "base": plan.base_digest or plan.base_image,
         "archs": list(plan.cuda_archs),
         "env": filled_env(plan, pkg),
-        "build_requires": [[e[0], e[1], e[5]] for e in build_rows(plan, pkg)],
+        "build_requires": [[r.name, r.version, r.sha256] for r in build_rows(plan, pkg)],
         "recipe": hashlib.sha256(recipe.encode()).hexdigest(),
     }
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from mtpimage.errors import InputError
-from mtpimage.plan.model import Component, Plan
+from mtpimage.plan.model import Component, LockedRow, Plan
 
 LOCK_SCHEMA = "mtp-image-builder/lock/v1"
 LOCK_NAME = "lock.yaml"
@@ -484,12 +484,11 @@ def locked_base_platform(lock: dict | None, plan: Plan):
     return from_lock(base)
 
 
-def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple:
-    """Every distribution lock.yaml resolved for this profile, as (name, version, layer, index,
-    file, sha256): what the image installs, exactly, with no resolution at build time. Git
-    sources are left out (they are built from their pinned commits). Empty when there is no
-    lock or it does not match the plan (then `--frozen` refuses the build anyway). `lock`:
-    lock.yaml as the caller read it."""
+def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple[LockedRow, ...]:
+    """Every distribution lock.yaml resolved for this profile, one LockedRow each: what the
+    image installs, exactly, with no resolution at build time. Git sources are left out (they
+    are built from their pinned commits). Empty when there is no lock or it does not match the
+    plan (then `--frozen` refuses the build anyway). `lock`: lock.yaml as the caller read it."""
     if lock is _READ:
         lock = read(lock_path(Path(manifests.root)))
     if lock is None:
@@ -509,7 +508,7 @@ def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple:
         if str(e.get("source", "")).startswith("git"):
             continue
         out.append(
-            (
+            LockedRow(
                 name,
                 str(e["version"]),
                 e["layer"],
@@ -520,7 +519,8 @@ def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple:
         )
     for comp, reqs in sorted((pyset.get("build_requires") or {}).items()):
         for name, e in sorted(reqs.items()):
+            layer = f"{LockedRow.BUILD_PREFIX}{comp}"
             out.append(
-                (name, str(e["version"]), f"build:{comp}", "pypi", e.get("file", ""), e.get("sha256", ""))
+                LockedRow(name, str(e["version"]), layer, "pypi", e.get("file", ""), e.get("sha256", ""))
             )
     return tuple(out)

@@ -288,7 +288,7 @@ def _locked_cuda_lines(plan: Plan, f: dict) -> dict[str, str]:
     names = {canonical(n) for n in f.get("cuda_line_packages") or ()}
     out = {}
     for row in plan.locked:
-        name, version = canonical(row[0]), row[1]
+        name, version = canonical(row.name), row.version
         if name in names:
             parts = version.split(".")
             if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -379,7 +379,9 @@ def hash_pinned(plan: Plan, f: dict) -> Verdict:
         return Verdict(NA, "no lock for this plan: `--frozen` builds refuse it; run `python build.py lock`")
     built = {canonical(p.name) for p in plan.packages if p.build is not None}
     loose = [
-        f"{e[0]}=={e[1]} (index {e[3]})" for e in plan.locked if not e[5] and canonical(e[0]) not in built
+        f"{r.name}=={r.version} (index {r.index})"
+        for r in plan.locked
+        if not r.sha256 and canonical(r.name) not in built
     ]
     unpinned = [
         p.name

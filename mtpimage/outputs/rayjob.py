@@ -50,7 +50,8 @@ def entrypoint(plan: Plan, target: str, layout: multinode.Layout) -> str:
 def rayjob(plan: Plan, target: str, image: ImageRef, layout: multinode.Layout) -> dict:
     facts = multinode.facts()
     kuberay = facts["kuberay"]
-    ray = next((row[1] for row in plan.locked if row[0] == "ray"), None)  # lock.yaml's ray, when locked
+    # lock.yaml's ray, when locked
+    ray = next((row.version for row in plan.locked if row.name == "ray"), None)
     name = f"verl-{plan.profile}-{image.digest.split(':')[1][:8]}"
     head_params = {"dashboard-host": "0.0.0.0", "num-gpus": str(layout.gpus_per_node)}
     cluster = {

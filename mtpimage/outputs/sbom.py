@@ -23,13 +23,12 @@ from urllib.parse import quote, urlsplit
 from packaging.utils import canonicalize_name
 
 from mtpimage import __version__
-from mtpimage.plan.model import IMAGE_REPOSITORY, Component, Package, Patch, Plan
+from mtpimage.plan.model import IMAGE_REPOSITORY, Component, LockedRow, Package, Patch, Plan
 
 SPEC_VERSION = "1.5"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
 NS = "io.mtp-image-builder"  # property names: the labels' namespace
 IMAGE_REF = "image"  # bom-ref of the image itself (metadata.component)
-BUILD_LAYER = "build:"  # a locked row's layer for a builder's backends: not in the image
 
 
 @dataclass(frozen=True)
@@ -142,13 +141,14 @@ def _with_patches(comp: dict, patches: tuple[Patch, ...], commits: list[dict] | 
     return comp
 
 
-def _locked(plan: Plan, rows: list[tuple], patched: dict) -> dict:
+def _locked(plan: Plan, rows: list[LockedRow], patched: dict) -> dict:
     """One component for one wheel file: a locked row, or the same file in several layers
     (a build backend shared by builders) with one layer property each."""
-    name, version, _, index, file, sha = rows[0]
+    first = rows[0]
+    name, version, index, file, sha = first.name, first.version, first.index, first.file, first.sha256
     index_url = dict(plan.indexes).get(index)
     purl = pypi_purl(name, version, file, index_url)
-    layers = sorted({r[2] for r in rows})
+    layers = sorted({r.layer for r in rows})
     comp = {
         "type": "library",
         "bom-ref": purl,
@@ -156,7 +156,7 @@ def _locked(plan: Plan, rows: list[tuple], patched: dict) -> dict:
         "version": version,
         # builder stages' backends are in no image layer: "excluded" is CycloneDX's
         # scope for what is used to make the software, not shipped in it
-        "scope": "required" if any(not x.startswith(BUILD_LAYER) for x in layers) else "excluded",
+        "scope": "required" if any(not r.is_build_backend for r in rows) else "excluded",
         "hashes": _sha256(sha),
         "purl": purl,
         "properties": _props(("index", index), *(("layer", x) for x in layers))
@@ -270,17 +270,19 @@ def components(plan: Plan, wheels: dict[str, BuiltWheel] | None = None) -> list[
     patched = {canonicalize_name(c.package): c.patches for c in plan.components if c.source != "git"}
     out = [_base(plan)] + [_git(c) for c in plan.components if c.source == "git"]
     if plan.locked:
-        files: dict[tuple, list[tuple]] = {}
+        files: dict[tuple, list[LockedRow]] = {}
         for row in plan.locked:
-            if canonicalize_name(row[0]) in built and not row[4]:
+            if canonicalize_name(row.name) in built and not row.file:
                 continue  # a compiled extension: its own component below
-            files.setdefault((canonicalize_name(row[0]), row[1], row[4], row[5]), []).append(row)
+            files.setdefault((canonicalize_name(row.name), row.version, row.file, row.sha256), []).append(row)
         out += [_locked(plan, rows, patched) for _, rows in sorted(files.items())]
     else:
         # unlocked (stand-in plans, --no-frozen runs): what the manifests pin, without files
         pins = [(p.name, p.version, p.layer, p.index) for p in plan.packages if p.build is None]
         pins += [(c.package, c.version, c.layer, c.index) for c in plan.components if c.source != "git"]
-        out += [_locked(plan, [(n, v, layer, i, "", "")], patched) for n, v, layer, i in sorted(pins)]
+        out += [
+            _locked(plan, [LockedRow(n, v, layer, i, "", "")], patched) for n, v, layer, i in sorted(pins)
+        ]
     out += [_extension(plan, p, wheels.get(p.name)) for p in built.values()]
     return out
 

@@ -18,6 +18,7 @@ Descriptive text (summary, choose_when) and the profile name are not part of the
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpimage.errors import InputError
+from mtpimage.plan.model import LockedRow
 
 PLAN_SCHEMA_PREFIX = "mtp-image-builder/plan/"
 VECTOR_SCHEMA_PREFIX = "mtp-image-builder/version-vector/"
@@ -185,8 +187,13 @@ def _python(raw: dict) -> dict:
     """The exact Python set lock.yaml put in the image: {name: {"version": v}}."""
     if isinstance(raw.get("python_packages"), dict):
         return {n: {"version": v} for n, v in raw["python_packages"].items()}
+    # a plan's JSON holds each locked row as a list in LockedRow's field order (as_list)
+    fields = [f.name for f in dataclasses.fields(LockedRow)]
+    rows = [dict(zip(fields, row)) for row in raw.get("locked", [])]
     return {
-        row[0]: {"version": row[1]} for row in raw.get("locked", []) if not str(row[2]).startswith("build:")
+        r["name"]: {"version": r["version"]}
+        for r in rows
+        if not str(r["layer"]).startswith(LockedRow.BUILD_PREFIX)
     }
 
 

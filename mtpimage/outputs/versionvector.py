@@ -141,7 +141,7 @@ def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
             "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
             "sdists": [{"package": n, "why": w} for n, w in plan.sdists],
         },
-        "python_packages": {e[0]: e[1] for e in plan.locked if not e[2].startswith("build:")},
+        "python_packages": {r.name: r.version for r in plan.locked if not r.is_build_backend},
         "substitutions": [{"what": w, "detail": d} for w, d in plan.substitutions],
         **({"extensions": list(extensions)} if extensions else {}),
         **(

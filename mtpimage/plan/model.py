@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from mtpimage.manifests.manifest import Manifests, ResolvedProfile
 from mtpimage.manifests.modes import mode_overrides, verl_facts
@@ -118,6 +118,42 @@ class Package:
 
 
 @dataclass(frozen=True)
+class LockedRow:
+    """One distribution lock.yaml resolved for the image (lockfile.locked_requirements): what
+    is installed, exactly, with no resolution at build time. `layer` is the catalogue layer
+    that installs it, or `build:<name>` for a build backend of the git component or compiled
+    extension <name> (installed in that build only, never in the image). `file` and `sha256`
+    are empty for a row locked without a file (hash-pinned refuses those)."""
+
+    name: str
+    version: str
+    layer: str
+    index: str
+    file: str
+    sha256: str
+
+    BUILD_PREFIX: ClassVar[str] = "build:"
+
+    @property
+    def builds(self) -> str | None:
+        """The component or extension whose build backend this is; None for an image row."""
+        return self.layer[len(self.BUILD_PREFIX) :] if self.is_build_backend else None
+
+    @property
+    def is_build_backend(self) -> bool:
+        return self.layer.startswith(self.BUILD_PREFIX)
+
+    @property
+    def hashed_requirement(self) -> str:
+        """Its line in a requirements file pip installs with --require-hashes."""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+    def as_list(self) -> list[str]:
+        """The row in the Plan's canonical JSON (and so in its digest): a list, in field order."""
+        return [self.name, self.version, self.layer, self.index, self.file, self.sha256]
+
+
+@dataclass(frozen=True)
 class Layer:
     name: str
     items: tuple[str, ...]  # component / package names, in install order
@@ -158,9 +194,7 @@ class Plan:
     size_budget_gb: float | None = None
     overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
-    locked: tuple[
-        tuple[str, str, str, str, str, str], ...
-    ] = ()  # (name, version, layer, index, file, sha256)
+    locked: tuple[LockedRow, ...] = ()
     # conflicts settled as data: (requirement, why, link) and (package, why, link)
     overrides: tuple[tuple[str, str, str], ...] = ()
     excludes: tuple[tuple[str, str, str], ...] = ()
@@ -211,6 +245,7 @@ class Plan:
         d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
         d["overridden"] = {t: list(f) for t, f in self.overridden}
         d["layers"] = [{"name": layer.name, "items": list(layer.items)} for layer in self.layers]
+        d["locked"] = [row.as_list() for row in self.locked]  # lists, as the digest always had them
         return {"schema": PLAN_SCHEMA, **_lists(d)}
 
     def canonical_json(self) -> str:

@@ -65,7 +65,7 @@ def apply(plan: Plan, base: str | None = None, omit: tuple[str, ...] | list[str]
                 dataclasses.replace(layer, items=tuple(i for i in layer.items if i not in omit))
                 for layer in plan.layers
             ),
-            locked=tuple(e for e in plan.locked if e[0] not in omit),
+            locked=tuple(r for r in plan.locked if r.name not in omit),
         )
     if not subs:
         return plan

@@ -71,7 +71,7 @@ def test_a_real_layer_installs_exactly_the_lock(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    locked = {e[0]: e[1] for e in plan.locked if e[2] == LAYER and e[5]}
+    locked = {r.name: r.version for r in plan.locked if r.layer == LAYER and r.sha256}
     assert len(locked) >= 10
     listed = json.loads(
         subprocess.run(
@@ -81,7 +81,7 @@ def test_a_real_layer_installs_exactly_the_lock(tmp_path):
     installed = {canonicalize_name(d["name"]): d["version"] for d in listed}
     for name, version in locked.items():
         assert installed.get(name) == version, (name, installed.get(name), version)
-    below = {e[0] for e in plan.locked if e[2] in ("torch",)} | {p.name for p in plan.packages}
+    below = {r.name for r in plan.locked if r.layer in ("torch",)} | {p.name for p in plan.packages}
     check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True).stdout.splitlines()
     for row in check:
         m_ = re.match(r"^(\S+) \S+ requires (\S+?),", row)

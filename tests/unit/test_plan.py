@@ -75,7 +75,7 @@ def test_the_image_installs_exactly_the_lock_and_resolves_nothing():
 
     p = plan("mtp-cp-recompute")
     assert len(p.locked) > 200  # the whole resolved set, with files
-    names = {x[0] for x in p.locked}
+    names = {x.name for x in p.locked}
     assert {"torch", "sglang", "transformers", "triton", "setuptools"} <= names
     assert not names & {"verl", "megatron-core", "megatron-bridge", "mbridge"}  # built from git
     files = render(p, manifest.DEFAULT_MANIFESTS).files

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtpimage.manifests import manifest, rules
-from mtpimage.plan.model import build_plan
+from mtpimage.plan.model import LockedRow, build_plan
 
 from .helpers import copy_manifests, edit_yaml, run_main
 
@@ -253,8 +253,8 @@ def _torch_plan(version: str, locked: tuple = ()):
     return dataclasses.replace(plan, locked=locked)
 
 
-def _row(name: str, version: str) -> tuple:
-    return (name, version, "torch", "pypi", f"{name}-{version}.whl", "0" * 64)
+def _row(name: str, version: str) -> LockedRow:
+    return LockedRow(name, version, "torch", "pypi", f"{name}-{version}.whl", "0" * 64)
 
 
 def _torch_cuda(plan) -> rules.RuleResult:

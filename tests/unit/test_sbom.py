@@ -84,8 +84,8 @@ def test_it_lists_exactly_the_locks_set(rendered):
     git = [c for c in plan.components if c.source == "git"]
 
     # every locked wheel file: name, version, sha256, and each layer that installs it
-    rows = [r for r in plan.locked if r[4]]
-    expected = {(canonicalize_name(r[0]), r[1], r[5]) for r in rows}
+    rows = [r for r in plan.locked if r.file]
+    expected = {(canonicalize_name(r.name), r.version, r.sha256) for r in rows}
     listed = {
         (canonicalize_name(c["name"]), c["version"], _sha(c))
         for c in comps
@@ -96,14 +96,15 @@ def test_it_lists_exactly_the_locks_set(rendered):
         (comp,) = [
             c
             for c in comps
-            if (canonicalize_name(c["name"]), c["version"], _sha(c)) == (canonicalize_name(r[0]), r[1], r[5])
+            if (canonicalize_name(c["name"]), c["version"], _sha(c))
+            == (canonicalize_name(r.name), r.version, r.sha256)
         ]
-        assert r[2] in _prop(comp, "layer") and _prop(comp, "file") == [r[4]], (r, comp)
-        assert PackageURL.from_string(comp["purl"]).qualifiers["file_name"] == r[4]
+        assert r.layer in _prop(comp, "layer") and _prop(comp, "file") == [r.file], (r, comp)
+        assert PackageURL.from_string(comp["purl"]).qualifiers["file_name"] == r.file
         shipped = any(not x.startswith("build:") for x in _prop(comp, "layer"))
         assert comp["scope"] == ("required" if shipped else "excluded"), comp
     # the locked rows without a file are exactly the compiled extensions
-    assert {canonicalize_name(r[0]) for r in plan.locked if not r[4]} == set(built)
+    assert {canonicalize_name(r.name) for r in plan.locked if not r.file} == set(built)
 
     # every git source by commit, every compiled extension, the base; nothing else
     commits = {_prop(c, "git:commit")[0]: c for c in comps if _prop(c, "git:commit")}

@@ -45,13 +45,13 @@ def _with_build(plan, name: str, **change):
 
 
 def _with_rows(plan, match, edit):
-    rows = tuple(edit(e) if match(e) else e for e in plan.locked)
+    rows = tuple(edit(r) if match(r) else r for r in plan.locked)
     assert rows != plan.locked
     return dataclasses.replace(plan, locked=rows)
 
 
-def _torch_row(e) -> bool:
-    return e[0] == "torch"
+def _torch_row(r) -> bool:
+    return r.name == "torch"
 
 
 # (what changes, a function of the plan giving the changed plan, the packages whose key must move)
@@ -63,8 +63,14 @@ PLAN_CHANGES = {
         ("flash-attn",),
     ),
     "git commit": (lambda p: _with_build(p, "apex", commit="1" * 40), ("apex",)),
-    "torch version": (lambda p: _with_rows(p, _torch_row, lambda e: (e[0], "2.11.1", *e[2:])), ALL),
-    "torch file sha256": (lambda p: _with_rows(p, _torch_row, lambda e: (*e[:5], "f" * 64)), ALL),
+    "torch version": (
+        lambda p: _with_rows(p, _torch_row, lambda r: dataclasses.replace(r, version="2.11.1")),
+        ALL,
+    ),
+    "torch file sha256": (
+        lambda p: _with_rows(p, _torch_row, lambda r: dataclasses.replace(r, sha256="f" * 64)),
+        ALL,
+    ),
     "cuda": (lambda p: dataclasses.replace(p, cuda="13.0.1"), ALL),
     "python": (lambda p: dataclasses.replace(p, python="3.13"), ALL),
     "base digest": (
@@ -74,13 +80,17 @@ PLAN_CHANGES = {
     "archs": (lambda p: dataclasses.replace(p, cuda_archs=("90", "100")), ALL),
     "a build backend's sha256": (
         lambda p: _with_rows(
-            p, lambda e: e[2] == "build:flash-attn" and e[0] == "ninja", lambda e: (*e[:5], "d" * 64)
+            p,
+            lambda r: r.layer == "build:flash-attn" and r.name == "ninja",
+            lambda r: dataclasses.replace(r, sha256="d" * 64),
         ),
         ("flash-attn",),
     ),
     "a build backend's version": (
         lambda p: _with_rows(
-            p, lambda e: e[2] == "build:apex" and e[0] == "setuptools", lambda e: (e[0], "80.10.3", *e[2:])
+            p,
+            lambda r: r.layer == "build:apex" and r.name == "setuptools",
+            lambda r: dataclasses.replace(r, version="80.10.3"),
         ),
         ("apex",),
     ),
