@@ -97,7 +97,7 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
 def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, int]]:
     """patches/<name>/<iii>-<file> for every patch of the Plan, each verified against its
     sha256 (a patch by reference is the diff of its two commits, made here)."""
-    from mtpimage.build.render import patch_name
+    from mtpimage.build.steps import patch_name
     from mtpimage.manifests import patches
 
     plan = rendered.plan
@@ -117,7 +117,7 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
     before anything compiles: a missing mirror fails in seconds with its fix, not after a
     26-minute TransformerEngine compile. Everything lands in the caches that build_context
     reads next, so nothing is fetched twice."""
-    from mtpimage.ext import extbuild, extensions
+    from mtpimage.ext import extbuild
     from mtpimage.ext.wheelcache import WheelCache
 
     plan = rendered.plan
@@ -127,8 +127,9 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
         if comp.source == "git":
             _fetch_tree(comp.name, comp.repo, comp.commit)
             n_git += 1
-    for pkg, entry in zip(extensions.built(plan), rendered.extensions):
-        if cache.get(entry["key"]) is not None:
+    for stage in rendered.recipe.builders:
+        pkg = stage.package
+        if cache.get(stage.key) is not None:
             continue  # its wheel is here: the source is not needed
         if pkg.build.source == "sdist":
             extbuild.fetch_sdist(pkg)

@@ -64,11 +64,7 @@ def stack_key(rendered: Rendered) -> str:
         for path, data in sorted(rendered.files.items())
         if path != "Dockerfile" and not path.startswith(MODE_DIR)
     }
-    sources = [
-        [c.name, c.source, c.commit, [p.sha256 for p in c.patches]]
-        for c in sorted(rendered.plan.components, key=lambda c: c.name)
-    ]
-    doc = {"dockerfile": "\n".join(lines), "files": files, "sources": sources}
+    doc = {"dockerfile": "\n".join(lines), "files": files, "sources": rendered.recipe.added_sources()}
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -21,7 +21,7 @@ def cmd_sbom(args) -> int:
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     rendered = render(plan, m.root)
-    doc = document(plan, rendered.identity, known_wheels(rendered))
+    doc = document(rendered.recipe, rendered.identity, known_wheels(rendered))
     data = dumps(doc)
     if not plan.locked:
         print(

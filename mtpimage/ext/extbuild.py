@@ -153,8 +153,8 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
     pins = wheelpins.load(rendered.manifests_root)
     remote: list[str] = []  # the compile cache's URL, served only while something compiles
     out: dict = {}
-    for pkg, entry in zip(extensions.built(plan), rendered.extensions):
-        key = entry["key"]
+    for stage in rendered.recipe.builders:
+        pkg, key = stage.package, stage.key
         pin = pins.get(key)
         hit = cache.get(key)
         if hit is not None:
@@ -246,7 +246,7 @@ def compile_wheel(
     info_file = tmp / "build.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     meta = {
-        "inputs": _inputs(rendered, pkg),
+        "inputs": rendered.recipe.builder(pkg.name).key_inputs,
         "built_by": f"{platform.node()} ({os.cpu_count()} cores), BuildKit",
         "built_at": int(time.time()),
         "build_seconds": round(time.monotonic() - t0, 1),
@@ -257,11 +257,6 @@ def compile_wheel(
     return wheels[0], meta
 
 
-def _inputs(rendered: Rendered, pkg: Package) -> dict:
-    recipe = dict(rendered.builders)[pkg.name]
-    return extensions.key_inputs(rendered.plan, pkg, recipe)
-
-
 def wheel_entries(rendered: Rendered, wheels: dict) -> list[tuple[str, bytes, int]]:
     """build/ext-wheels/: each wheel, a hash-pinned requirements file (pip refuses any other
     bytes), and extensions.json for the image's records."""
@@ -269,7 +264,8 @@ def wheel_entries(rendered: Rendered, wheels: dict) -> list[tuple[str, bytes, in
         return []
     base = extensions.CONTEXT_WHEELS
     out, reqs, listing = [], [], []
-    for pkg, entry in zip(extensions.built(rendered.plan), rendered.extensions):
+    for stage in rendered.recipe.builders:
+        pkg, entry = stage.package, stage.entry
         w = wheels[pkg.name]
         out.append((f"{base}/{w.filename}", w.path.read_bytes(), 0o644))
         reqs.append(f"{pkg.name} @ file:///tmp/mtp-ext-wheels/{w.filename} --hash=sha256:{w.sha256}\n")

@@ -15,8 +15,11 @@ the key: they change how long a build takes, not what it makes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from packaging.utils import canonicalize_name as canonical
 
@@ -101,28 +104,99 @@ def build_rows(plan: Plan, pkg: Package) -> list[LockedRow]:
     return [r for r in plan.locked if r.builds == pkg.name]
 
 
-def builder_spec(plan: Plan, pkg: Package, index_url: str) -> dict:
-    """What partials/ext_build.j2 renders for one package."""
-    rows = build_rows(plan, pkg)
-    return {
-        "name": pkg.name,
-        "version": pkg.version,
-        "origin": origin(pkg),
-        "from_stage": STACK_STAGE,
-        "build_stage": build_stage(pkg.name),
-        "wheel_stage": wheel_stage(pkg.name),
-        "build_file": build_file(pkg.name),
-        # unlocked (a --set run, shown but never built --frozen): the declared exact pins
-        "build_text": "".join(f"{r.hashed_requirement}\n" for r in rows)
-        if rows
-        else "".join(f"{r}\n" for r in pkg.build.build_requires),
-        "hashed": bool(rows),
-        "index_url": index_url,
-        "sha256": pkg.build.sha256,
-        "env": filled_env(plan, pkg),
-        "produces": list(pkg.build.produces),
-        "os_packages": list(plan.builder_os_packages),
-    }
+@dataclass(frozen=True)
+class BuilderStage:
+    """One compiled extension's builder stage (images/partials/ext_build.j2), as the recipe
+    holds it: the package, its hashed build backends and build switches; once rendered, the
+    stage's text, what of it the wheel's key hashes (`recipe`), the key's inputs and the key."""
+
+    package: Package
+    index_url: str
+    backends: tuple[LockedRow, ...]  # lock.yaml's build_requires of the package (none: unlocked)
+    env: tuple[str, ...]  # its build switches as K=V, the architectures filled in
+    archs: tuple[str, ...]
+    os_packages: tuple[str, ...]  # builds.os_packages
+    text: str = ""
+    recipe: str = ""
+    key_inputs: dict = field(default_factory=dict, compare=False, hash=False)
+    key: str = ""
+
+    from_stage: ClassVar[str] = STACK_STAGE
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def version(self) -> str:
+        return self.package.version
+
+    @property
+    def origin(self) -> str:
+        return origin(self.package)
+
+    @property
+    def build_stage(self) -> str:
+        return build_stage(self.name)
+
+    @property
+    def wheel_stage(self) -> str:
+        return wheel_stage(self.name)
+
+    @property
+    def build_file(self) -> str:
+        return build_file(self.name)
+
+    @property
+    def hashed(self) -> bool:
+        return bool(self.backends)
+
+    @property
+    def build_text(self) -> str:
+        """Its build backends' requirements file: by sha256, or (unlocked: a --set run, shown
+        but never built --frozen) the declared exact pins."""
+        if self.backends:
+            return "".join(f"{r.hashed_requirement}\n" for r in self.backends)
+        return "".join(f"{r}\n" for r in self.package.build.build_requires)
+
+    @property
+    def sha256(self) -> str | None:
+        return self.package.build.sha256
+
+    @property
+    def produces(self) -> tuple[str, ...]:
+        return self.package.build.produces
+
+    @property
+    def entry(self) -> dict:
+        """The version vector's record of the extension: its source pin and its key (the
+        wheel's sha256 is added by the build, in /opt/mtp/installed/<name>.json and the label)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "source": source_pin(self.package),
+            "archs": list(self.archs),
+            "env": list(self.env),
+            "key": self.key,
+        }
+
+
+def builder_stage(plan: Plan, pkg: Package, index_url: str) -> BuilderStage:
+    """The stage of one package, not yet rendered (see rendered())."""
+    return BuilderStage(
+        package=pkg,
+        index_url=index_url,
+        backends=tuple(build_rows(plan, pkg)),
+        env=tuple(filled_env(plan, pkg)),
+        archs=plan.cuda_archs,
+        os_packages=plan.builder_os_packages,
+    )
+
+
+def rendered(plan: Plan, stage: BuilderStage, text: str, recipe: str) -> BuilderStage:
+    """The stage with its rendered text, its recipe and the wheel's key made from them."""
+    inputs = key_inputs(plan, stage.package, recipe)
+    return dataclasses.replace(stage, text=text, recipe=recipe, key_inputs=inputs, key=key_of(inputs))
 
 
 def _torch(plan: Plan) -> dict:
@@ -154,25 +228,6 @@ def key_of(inputs: dict) -> str:
     from mtpimage.ext.wheelcache import cache_key
 
     return cache_key(inputs)
-
-
-def vector_entries(plan: Plan, recipes: dict[str, str]) -> list[dict]:
-    """The version vector's record of each extension: its source pin and its key (the wheel's
-    sha256 is added by the build, in /opt/mtp/installed/<name>.json and the label)."""
-    out = []
-    for pkg in built(plan):
-        inputs = key_inputs(plan, pkg, recipes[pkg.name])
-        out.append(
-            {
-                "name": pkg.name,
-                "version": pkg.version,
-                "source": source_pin(pkg),
-                "archs": list(plan.cuda_archs),
-                "env": filled_env(plan, pkg),
-                "key": key_of(inputs),
-            }
-        )
-    return out
 
 
 def wheels_listing(entries: list[dict]) -> bytes:

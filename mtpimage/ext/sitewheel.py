@@ -142,9 +142,8 @@ def add(
     path = Path(path)
     check_wheel(path, sha256, plan, pkg)
     rendered = render(plan, m.root)
-    recipe = dict(rendered.builders)[pkg.name]
-    inputs = extensions.key_inputs(plan, pkg, recipe)
-    key = extensions.key_of(inputs)
+    stage = rendered.recipe.builder(pkg.name)
+    key = stage.key
     pins = wheelpins.load(m.root)
     pinned = pins.get(key)
     if pinned is not None and pinned.sha256 != sha256:
@@ -168,7 +167,7 @@ def add(
             f"remove it first (`build.py wheels remove {key[:12]}`) to use the site's wheel",
         )
     meta = {
-        "inputs": inputs,
+        "inputs": stage.key_inputs,
         "provided_by": "site",
         "original_filename": path.name,
         "added_at": int(time.time()),

@@ -40,7 +40,7 @@ class Pinned:
 
 
 def _profile_keys(rendered: Rendered) -> list[tuple[Package, str]]:
-    return [(p, e["key"]) for p, e in zip(extensions.built(rendered.plan), rendered.extensions)]
+    return [(b.package, b.key) for b in rendered.recipe.builders]
 
 
 def pin(m, plan, cache: WheelCache, package: str | None = None) -> tuple[list[Pinned], Path]:

@@ -1,4 +1,5 @@
-"""The image's software bill of materials, as CycloneDX 1.5 JSON, made from the Plan alone.
+"""The image's software bill of materials, as CycloneDX 1.5 JSON, made from the recipe alone
+(mtpimage/build/recipe.py: the Plan and the compiled extensions' builder stages).
 
 It is exact because the Plan carries the lock: every locked distribution (name, version,
 index, wheel file, sha256, layer), every git source by commit, each patch by its commits and
@@ -18,12 +19,17 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
 from packaging.utils import canonicalize_name
 
 from mtpimage import __version__
 from mtpimage.plan.model import IMAGE_REPOSITORY, Component, LockedRow, Package, Patch, Plan
+
+if TYPE_CHECKING:  # annotations only: the SBOM's purls and file names need no renderer
+    from mtpimage.build.recipe import Recipe
+    from mtpimage.ext.extensions import BuilderStage
 
 SPEC_VERSION = "1.5"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
@@ -218,13 +224,12 @@ def _source(pkg: Package) -> dict:
     }
 
 
-def _extension(plan: Plan, pkg: Package, wheel: BuiltWheel | None) -> dict:
-    from mtpimage.ext.extensions import filled_env
-
+def _extension(stage: BuilderStage, wheel: BuiltWheel | None) -> dict:
+    pkg = stage.package
     known = wheel is not None and wheel.sha256
     purl = pypi_purl(pkg.name, pkg.version, wheel.filename if known else None)
     pairs = [("layer", pkg.layer), ("compiled", "from its pinned source by this tool")]
-    pairs += [("cuda_arch", a) for a in plan.cuda_archs] + [("build_env", e) for e in filled_env(plan, pkg)]
+    pairs += [("cuda_arch", a) for a in stage.archs] + [("build_env", e) for e in stage.env]
     if wheel is not None:
         pairs.append(("wheel_key", wheel.key))
     pairs.append(("file", wheel.filename) if known else ("file", "unknown: not built on this machine"))
@@ -262,14 +267,15 @@ def _base(plan: Plan) -> dict:
 
 
 # ----------------------------------------------------------------------------- the document
-def components(plan: Plan, wheels: dict[str, BuiltWheel] | None = None) -> list[dict]:
+def components(recipe: Recipe, wheels: dict[str, BuiltWheel] | None = None) -> list[dict]:
     """Every component of the image: the base, each git source, each locked wheel file (or,
     unlocked, each pinned PyPI package and component) and each compiled extension."""
+    plan = recipe.plan
     wheels = wheels or {}
-    built = {canonicalize_name(p.name): p for p in plan.packages if p.build is not None}
+    built = {canonicalize_name(b.name): b for b in recipe.builders}
     patched = {canonicalize_name(c.package): c.patches for c in plan.components if c.source != "git"}
     out = [_base(plan)] + [_git(c) for c in plan.components if c.source == "git"]
-    if plan.locked:
+    if recipe.locked:
         files: dict[tuple, list[LockedRow]] = {}
         for row in plan.locked:
             if canonicalize_name(row.name) in built and not row.file:
@@ -283,17 +289,18 @@ def components(plan: Plan, wheels: dict[str, BuiltWheel] | None = None) -> list[
         out += [
             _locked(plan, [LockedRow(n, v, layer, i, "", "")], patched) for n, v, layer, i in sorted(pins)
         ]
-    out += [_extension(plan, p, wheels.get(p.name)) for p in built.values()]
+    out += [_extension(b, wheels.get(b.name)) for b in built.values()]
     return out
 
 
-def document(plan: Plan, identity: str, wheels: dict[str, BuiltWheel] | None = None) -> dict:
-    comps = components(plan, wheels)
+def document(recipe: Recipe, identity: str, wheels: dict[str, BuiltWheel] | None = None) -> dict:
+    plan = recipe.plan
+    comps = components(recipe, wheels)
     meta_props = _props(
         ("profile", plan.profile),
         ("mode", plan.mode),
         ("plan_digest", plan.digest),
-        ("locked", "true" if plan.locked else "false: no lock.yaml matched; versions as pinned, no files"),
+        ("locked", "true" if recipe.locked else "false: no lock.yaml matched; versions as pinned, no files"),
         ("python", plan.python),
         ("cuda", plan.cuda),
         *(("substitution", f"{what}: {detail}") for what, detail in plan.substitutions),
@@ -355,4 +362,4 @@ def known_wheels(rendered) -> dict[str, BuiltWheel]:
 
 def for_rendered(rendered) -> bytes:
     """The SBOM of a rendered plan, with the wheels this machine knows."""
-    return dumps(document(rendered.plan, rendered.identity, known_wheels(rendered)))
+    return dumps(document(rendered.recipe, rendered.identity, known_wheels(rendered)))

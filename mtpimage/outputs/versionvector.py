@@ -1,19 +1,24 @@
 """The version vector: what an image contains, as JSON at /opt/mtp/version.json.
 
-A pure function of the Plan (no clock, no host facts), so the same Plan renders the
-same bytes. The in-image checks compare what is installed against it, and
+A pure function of the recipe (mtpimage/build/recipe.py: the Plan, the locked rows the image
+installs, the compiled extensions' keys; no clock, no host facts), so the same Plan renders
+the same bytes. The in-image checks compare what is installed against it, and
 images/checks/gpu_check.py reads its `mode` and `engine`.
 """
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from mtpimage import __version__, children
 from mtpimage.lock.probetable import probe_specs
 from mtpimage.manifests import modes
 from mtpimage.manifests.modes import verl_facts
 from mtpimage.plan.model import Plan
+
+if TYPE_CHECKING:  # annotations only: who reads VECTOR_PATH or LABEL_NS need not load the renderer
+    from mtpimage.build.recipe import Recipe
 
 VECTOR_SCHEMA = "mtp-image-builder/version-vector/v1"
 VECTOR_PATH = "/opt/mtp/version.json"
@@ -77,7 +82,9 @@ def base_platform(plan: Plan) -> dict:
     return {"platform": bp.platform, "manifest": bp.manifest, "digest": bp.digest}
 
 
-def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
+def version_vector(recipe: Recipe) -> dict:
+    plan = recipe.plan
+    extensions = recipe.extensions
     facts = verl_facts()
     mode = modes.get(plan.mode)
     components = []
@@ -141,7 +148,7 @@ def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
             "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
             "sdists": [{"package": n, "why": w} for n, w in plan.sdists],
         },
-        "python_packages": {r.name: r.version for r in plan.locked if not r.is_build_backend},
+        "python_packages": {r.name: r.version for r in recipe.image_rows()},
         "substitutions": [{"what": w, "detail": d} for w, d in plan.substitutions],
         **({"extensions": list(extensions)} if extensions else {}),
         **(
@@ -152,8 +159,8 @@ def version_vector(plan: Plan, extensions: list[dict] | tuple = ()) -> dict:
     }
 
 
-def vector_bytes(plan: Plan, extensions: list[dict] | tuple = ()) -> bytes:
-    return (json.dumps(version_vector(plan, extensions), indent=2, sort_keys=True) + "\n").encode()
+def vector_bytes(recipe: Recipe) -> bytes:
+    return (json.dumps(version_vector(recipe), indent=2, sort_keys=True) + "\n").encode()
 
 
 def _git(*args: str) -> str | None:
@@ -219,7 +226,6 @@ def identity_labels(identity: str) -> dict[str, str]:
 def labels(plan: Plan, repository: str) -> dict[str, str]:
     """OCI annotations plus the project's namespace, written as LABEL in the mode layer.
     No timestamps, so renders stay byte-identical."""
-    vv = version_vector(plan)
     out = {
         "org.opencontainers.image.title": f"{repository}:{plan.profile}",
         "org.opencontainers.image.description": plan.summary,
@@ -229,7 +235,7 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         f"{LABEL_NS}.mode": plan.mode,
         f"{LABEL_NS}.plan-digest": plan.digest,
         f"{LABEL_NS}.version-vector": VECTOR_PATH,
-        f"{LABEL_NS}.engine": json.dumps(vv["engine"], sort_keys=True, separators=(",", ":")),
+        f"{LABEL_NS}.engine": json.dumps(plan.engine_dict(), sort_keys=True, separators=(",", ":")),
     }
     if plan.base_digest:
         out["org.opencontainers.image.base.digest"] = plan.base_digest

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from mtpimage.build import pipeline
+from mtpimage.build.recipe import recipe_of
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.manifests import manifest
 from mtpimage.mirrors import BuildMirrors, RegistryMirror
@@ -240,11 +241,11 @@ def test_the_plan_and_the_version_vector_carry_the_lock_record(reg, tmp_path):
     plan = plan_for(m, "mtp-detach", None)
     assert plan.base_platform == BasePlatform("linux/amd64", "index", amd)
     assert plan.locked, "the lock still matches the manifests"
-    vv = version_vector(plan)["base_platform"]
+    vv = version_vector(recipe_of(plan))["base_platform"]
     assert vv == {"platform": "linux/amd64", "manifest": "index", "digest": amd}
     unrecorded = plan_for(manifest.load(_manifests(tmp_path / "u", base, None)), "mtp-detach", None)
     assert unrecorded.base_platform is None and unrecorded.digest != plan.digest
-    assert version_vector(unrecorded)["base_platform"] == {
+    assert version_vector(recipe_of(unrecorded))["base_platform"] == {
         "platform": "linux/amd64",
         "manifest": "unrecorded",
         "digest": None,

@@ -52,7 +52,9 @@ def test_a_source_commit_is_part_of_the_key():
     comps = tuple(
         dataclasses.replace(c, commit="f" * 40) if c.name == "verl" else c for c in r.plan.components
     )
-    moved = dataclasses.replace(r, plan=dataclasses.replace(r.plan, components=comps))
+    moved = dataclasses.replace(
+        r, recipe=dataclasses.replace(r.recipe, plan=dataclasses.replace(r.plan, components=comps))
+    )
     assert stack.stack_key(moved) != stack.stack_key(r)
 
 

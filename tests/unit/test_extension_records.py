@@ -29,7 +29,7 @@ def test_the_version_vector_lists_each_extension_with_its_pin_and_key():
     r = _rendered()
     plan = r.plan
     vector = json.loads(r.files["mtp/version.json"])
-    recipes = dict(r.builders)
+    recipes = {b.name: b.recipe for b in r.recipe.builders}
     by_name = {e["name"]: e for e in vector["extensions"]}
     assert list(by_name) == ["transformer-engine-torch", "apex", "flash-attn"]
     for pkg in extensions.built(plan):

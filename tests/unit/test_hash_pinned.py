@@ -11,7 +11,8 @@ import shutil
 import pytest
 import yaml
 
-from mtpimage.build.render import UnpinnedPackage, render
+from mtpimage.build.recipe import UnpinnedPackage
+from mtpimage.build.render import render
 from mtpimage.manifests import manifest, rules
 from mtpimage.plan.load import plan_for
 

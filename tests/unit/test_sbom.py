@@ -14,6 +14,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from mtpimage.build.recipe import recipe_of
 from mtpimage.build.render import render
 from mtpimage.outputs import sbom
 from mtpimage.outputs.sbom import BuiltWheel
@@ -57,7 +58,7 @@ def _wheels(rendered, known: bool) -> dict:
 
 def test_the_document_validates_against_the_cyclonedx_schema(rendered):
     for known in (False, True):
-        _valid(sbom.dumps(sbom.document(rendered.plan, rendered.identity, _wheels(rendered, known))))
+        _valid(sbom.dumps(sbom.document(rendered.recipe, rendered.identity, _wheels(rendered, known))))
 
 
 def test_an_unlocked_and_a_substituted_plan_validate_too(tmp_path):
@@ -65,10 +66,10 @@ def test_an_unlocked_and_a_substituted_plan_validate_too(tmp_path):
     for name in m.names():
         plan = plan_for(m, name, None, omit=())
         assert not plan.locked
-        _valid(sbom.dumps(sbom.document(plan, "x")))
+        _valid(sbom.dumps(sbom.document(recipe_of(plan), "x")))
     real = load()
     sub = plan_for(real, PROFILE, None, base="stand-in/base:1@sha256:" + "0" * 64, omit=("apex",))
-    doc = sbom.document(sub, "x")
+    doc = sbom.document(recipe_of(sub), "x")
     _valid(sbom.dumps(doc))
     assert "apex" not in {c["name"] for c in doc["components"]}
     subs = [p["value"] for p in doc["metadata"]["properties"] if p["name"] == f"{sbom.NS}:substitution"]
@@ -78,7 +79,7 @@ def test_an_unlocked_and_a_substituted_plan_validate_too(tmp_path):
 
 def test_it_lists_exactly_the_locks_set(rendered):
     plan = rendered.plan
-    doc = sbom.document(plan, rendered.identity, _wheels(rendered, True))
+    doc = sbom.document(rendered.recipe, rendered.identity, _wheels(rendered, True))
     comps = doc["components"]
     built = {canonicalize_name(p.name): p for p in plan.packages if p.build}
     git = [c for c in plan.components if c.source == "git"]
@@ -121,7 +122,7 @@ def test_it_lists_exactly_the_locks_set(rendered):
 
 
 def test_purls_parse_and_name_what_they_describe(rendered):
-    doc = sbom.document(rendered.plan, rendered.identity, _wheels(rendered, True))
+    doc = sbom.document(rendered.recipe, rendered.identity, _wheels(rendered, True))
     for c in doc["components"]:
         purl = PackageURL.from_string(c["purl"])
         if purl.type == "pypi":
@@ -134,8 +135,10 @@ def test_purls_parse_and_name_what_they_describe(rendered):
 
 def test_compiled_extensions_carry_their_source_and_their_wheel(rendered):
     plan = rendered.plan
-    unknown = {c["name"]: c for c in sbom.document(plan, "x", _wheels(rendered, False))["components"]}
-    known = {c["name"]: c for c in sbom.document(plan, "x", _wheels(rendered, True))["components"]}
+    unknown = {
+        c["name"]: c for c in sbom.document(recipe_of(plan), "x", _wheels(rendered, False))["components"]
+    }
+    known = {c["name"]: c for c in sbom.document(recipe_of(plan), "x", _wheels(rendered, True))["components"]}
     for pkg in (p for p in plan.packages if p.build):
         (ancestor,) = unknown[pkg.name]["pedigree"]["ancestors"]
         if pkg.build.source == "sdist":
@@ -155,7 +158,7 @@ def test_compiled_extensions_carry_their_source_and_their_wheel(rendered):
 
 def test_patches_are_the_patched_components_pedigree(rendered):
     plan = rendered.plan
-    doc = sbom.document(plan, rendered.identity)
+    doc = sbom.document(rendered.recipe, rendered.identity)
     by_name = {canonicalize_name(c["name"]): c for c in doc["components"]}
     patched = [c for c in plan.components if c.patches]
     assert patched, "the profile should carry a patch"

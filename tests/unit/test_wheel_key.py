@@ -166,7 +166,7 @@ def test_parallel_jobs_are_not_in_the_key_nor_in_the_dockerfile(base, monkeypatc
 def test_the_rendered_key_is_key_of_key_inputs(base):
     root, plan = base
     r = render(plan, root)
-    recipes = dict(r.builders)
+    recipes = {b.name: b.recipe for b in r.recipe.builders}
     for pkg, entry in zip(extensions.built(plan), r.extensions):
         inputs = extensions.key_inputs(plan, pkg, recipes[pkg.name])
         assert entry["key"] == extensions.key_of(inputs)
