@@ -5,7 +5,7 @@ steps, steps.py), the compiled extensions' builder stages (with the text and key
 and where those stages start. Everything that used to re-derive these from the Plan reads
 them here instead: render (the Dockerfile and the build files), the stack cut (stack.py),
 the extensions' wheel cache (extbuild.py, sitewheel.py, wheelcheck.py), the SBOM and the
-version vector.
+version vector. docs/recipe.md walks a build through these types.
 
 Pure, as render is: no network, no clock, no host paths; the templates are read for the
 builder stages' text only (it is part of their wheels' keys).
