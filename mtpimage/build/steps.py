@@ -121,10 +121,9 @@ class Step:
 
 
 @dataclass(frozen=True)
-class LockedWheels(Step):
-    """A layer's share of lock.yaml from one index: every wheel by version and sha256, with
-    no dependency resolution and no sdist fallback (`--no-deps --require-hashes
-    --only-binary`)."""
+class _LockedRequirements(Step):
+    """Locked rows from one index, as a hashed requirements file mounted into the step (what
+    LockedWheels and LockedSdists share; they differ only in how pip installs the file)."""
 
     index_url: str
     rows: tuple[LockedRow, ...]
@@ -141,6 +140,13 @@ class LockedWheels(Step):
 
     def installs(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.rows)
+
+
+@dataclass(frozen=True)
+class LockedWheels(_LockedRequirements):
+    """A layer's share of lock.yaml from one index: every wheel by version and sha256, with
+    no dependency resolution and no sdist fallback (`--no-deps --require-hashes
+    --only-binary`)."""
 
     def commands(self) -> list[str]:
         return [
@@ -150,25 +156,9 @@ class LockedWheels(Step):
 
 
 @dataclass(frozen=True)
-class LockedSdists(Step):
+class LockedSdists(_LockedRequirements):
     """The locked rows lock.yaml's `resolution.sdists` names: built from their sdists, checked
     by sha256, against what the layers below installed (`--no-build-isolation`)."""
-
-    index_url: str
-    rows: tuple[LockedRow, ...]
-
-    @property
-    def file(self) -> str:
-        return f"{self.name}.txt"
-
-    def _mounts(self) -> tuple[Mount, ...]:
-        return (requirements_mount(self.file),)
-
-    def files(self) -> dict[str, bytes]:
-        return {f"build/requirements/{self.file}": hashed_lines(self.rows).encode()}
-
-    def installs(self) -> tuple[str, ...]:
-        return tuple(r.name for r in self.rows)
 
     def commands(self) -> list[str]:
         binary = "".join(f" --no-binary {q(r.name)}" for r in self.rows)
