@@ -236,9 +236,16 @@ def _source_root(tree: Path, c: Component) -> Path:
 
 
 class Locker(PythonSets):
-    def __init__(self, m: manifest.Manifests, cutoff: dict | None = None, previous: dict | None = None):
+    def __init__(
+        self,
+        m: manifest.Manifests,
+        cutoff: dict | None = None,
+        previous: dict | None = None,
+        keep_pins: bool = True,
+    ):
         self.m = m
         self.previous = previous  # lock.yaml before this run: what each patch was known to fit
+        self.keep_pins = keep_pins  # False under `--upgrade` of everything: every pin may move
         self.cutoff = cutoff or {}
         self.ss = SourceSet()
         self.unverified: list[str] = []
@@ -463,7 +470,7 @@ def lock(
                 m = manifest.load(m.root, staged)
         plans = _plans(m, names)
         _one_pin_per_component(m, plans)
-        locker = Locker(m, cutoff, previous)
+        locker = Locker(m, cutoff, previous, keep_pins=upgrade_target != "*")
         old = (previous if only else None) or {}
         entries = _LockEntries(
             components=dict(old.get("components") or {}),

@@ -13,14 +13,27 @@ from mtpimage.plan.model import Plan
 
 
 class PythonSets:
-    """The resolution half of Locker: needs self.m, self.cutoff, self.ss (a SourceSet),
-    self.sets, self.unverified, self.failures and self.resolve_seconds."""
+    """The resolution half of Locker: needs self.m, self.cutoff, self.previous, self.keep_pins,
+    self.ss (a SourceSet), self.sets, self.unverified, self.failures and self.resolve_seconds."""
 
     def _cutoff_args(self) -> dict:
         return {
             "exclude_newer": self.cutoff.get("exclude_newer"),
             "exclude_newer_package": self.cutoff.get("exclude_newer_package") or {},
         }
+
+    def _preferences(self, plan: Plan, key: str) -> dict[str, str]:
+        """The previous lock's pins for this set (else for the set the profile had), kept where
+        they still fit, when the cutoff has not moved and nothing asked to upgrade everything:
+        a re-lock then changes only what a changed input forces (as `uv lock` keeps its pins
+        unless --upgrade), not what an index that back-dates its listings newly shows."""
+        prev = self.previous or {}
+        if not self.keep_pins or lockfile.cutoff_of(prev) != self.cutoff:
+            return {}
+        sets = prev.get("python_sets") or {}
+        was = ((prev.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
+        doc = sets.get(key) or sets.get(was) or {}
+        return {str(n): str(e["version"]) for n, e in (doc.get("packages") or {}).items() if "version" in e}
 
     def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
         """A git source's resolution stub: its own metadata, read from the fetched source.
@@ -92,6 +105,7 @@ class PythonSets:
                 s.reachable,
                 plan.python,
                 **self._cutoff_args(),
+                preferences=self._preferences(plan, s.key),
             )
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0

@@ -157,6 +157,14 @@ def _write_inputs(
     (tmpd / "excludes.txt").write_text("".join(f"{x}\n" for x in excludes))
 
 
+def _write_preferences(tmpd: Path, preferences: dict[str, str]) -> Path:
+    """uv's preferences: an existing output file whose `name==version` lines uv keeps where
+    they still satisfy every requirement (it rewrites the file; the answer is read from stdout)."""
+    path = tmpd / "preferred.txt"
+    path.write_text("".join(f"{canonicalize_name(n)}=={v}\n" for n, v in sorted(preferences.items())))
+    return path
+
+
 def _compile_command(
     tmpd: Path, python: str, index_urls: list[str], find_links: list[str] | None
 ) -> list[str]:
@@ -203,19 +211,26 @@ def resolve(
     find_links: list[str] | None = None,
     exclude_newer: str | None = None,
     exclude_newer_package: dict | None = None,
+    preferences: dict[str, str] | None = None,
 ) -> Resolved:
     """requirements: PEP 508 lines; stubs: name -> {"version", "requires", "extras"};
     index_urls: reachable indexes, the default (PyPI) first; exclude_newer: the resolution
     cutoff (RFC 3339 UTC: files uploaded later are not candidates), exclude_newer_package:
     name -> an older cutoff for that package. Raises ResolutionFailed with uv's explanation
     of the conflict. A package whose index serves no upload times cannot be bounded by a
-    cutoff; it is resolved without one and named in `Resolved.unbounded`."""
+    cutoff; it is resolved without one and named in `Resolved.unbounded`. preferences: name ->
+    version to keep where it still fits (the previous lock's pins, as uv keeps an existing
+    output file's), so a re-lock at the same cutoff is a fixed point even on an index that
+    lists files later than their upload times say (seen here: filelock 4.3.2, uploaded
+    2026-11-27, listed only after a lock at cutoff 2026-11-30 was made)."""
     import time
 
     with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
         tmpd = Path(tmp)
         _write_inputs(tmpd, requirements, stubs, overrides, excludes)
         cmd = _compile_command(tmpd, python, index_urls, find_links)
+        if preferences:
+            cmd += ["--output-file", str(_write_preferences(tmpd, preferences))]
         holds = dict(exclude_newer_package or {})
         unbounded: set[str] = set()
 
@@ -239,6 +254,7 @@ def resolve(
                 "find_links": find_links or [],
                 "exclude_newer": exclude_newer,
                 "exclude_newer_package": holds,
+                "preferences": dict(sorted((preferences or {}).items())),
             }
         )
         t0 = time.monotonic()

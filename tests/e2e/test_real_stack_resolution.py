@@ -2,9 +2,12 @@
 downloads: uv reads METADATA only), the git sources as lock.yaml recorded what stood in for
 them (their own Requires-Dist read from the pinned commits, so no GitHub is needed), and the
 manifests' overrides/excludes, at the resolution cutoff lock.yaml records (uv's exclude-newer:
-what PyPI publishes after it is not a candidate). Fails on any conflict no declared override
-covers, and on any drift between what resolves at that cutoff and what lock.yaml says the
-image installs."""
+what PyPI publishes after it is not a candidate), keeping lock.yaml's pins where they still fit
+as a plain `lock` does. Fails on any conflict no declared override covers, and on any drift
+between what resolves at that cutoff and what lock.yaml says the image installs. Why the pins
+are kept: the index here lists files later than their upload times say (filelock 4.3.2,
+lxml 6.2.0 and python-discovery 1.9.7 appeared dated before the cutoff after the lock was made),
+so a cutoff alone is not a fixed point."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypat
         [dict(plan.indexes)["pypi"]],
         plan.python,
         **_cutoff(doc),
+        preferences={n: str(e["version"]) for n, e in pyset["packages"].items()},
     )
     got = {n: e["version"] for n, e in res.packages.items()}
     want = {n: str(e["version"]) for n, e in pyset["packages"].items()}

@@ -146,3 +146,47 @@ def test_the_shipped_lock_records_its_cutoff():
     doc = lockfile.read(lockfile.lock_path(manifest.load().root))
     cutoff = lockfile.cutoff_of(doc)
     assert cutoff is not None and cutoff["exclude_newer"] < "2026-11-30T19:30:59Z"  # anthropic 2.15.0
+
+
+def test_a_back_dated_listing_does_not_move_a_relock_that_keeps_its_pins(index, monkeypatch):
+    """An index that lists a file later than its upload time says (filelock 4.3.2 here: uploaded
+    2026-11-27, listed after a lock at cutoff 2026-11-30) moves a plain re-lock at the same
+    cutoff unless the previous pins are kept where they still fit, as uv keeps an output file's."""
+    monkeypatch.setenv("MTP_LOCK_REFRESH", "1")  # ask the index each time, as a cold cache would
+    cutoff = {"exclude_newer": "2023-01-01T00:00:00Z"}
+    assert _demo(index, **cutoff) == "1.0"  # the lock as made
+    index.add("demo", "1.5", NEW)  # appears later, dated before the cutoff
+    assert _demo(index, **cutoff) == "1.5"  # without the pins the answer moves
+    assert _demo(index, **cutoff, preferences={"demo": "1.0"}) == "1.0"
+    # a pin that no longer fits (a requirement moved past it) does not hold the resolution back
+    got = resolver.resolve(
+        ["demo>=1.5"], {}, [], [], [index.url], "3.12", **cutoff, preferences={"demo": "1.0"}
+    )
+    assert got.packages["demo"]["version"] == "1.5"
+
+
+class _Sets:
+    """The part of Locker that _preferences reads."""
+
+    def __init__(self, previous: dict, cutoff: dict, keep_pins: bool = True):
+        from mtpimage.lock.pythonset import PythonSets
+
+        self.previous, self.cutoff, self.keep_pins = previous, cutoff, keep_pins
+        self.prefs = lambda plan, key: PythonSets._preferences(self, plan, key)
+
+
+def test_relock_keeps_the_previous_pins_only_at_the_same_cutoff_without_upgrade():
+    from types import SimpleNamespace
+
+    prev = {
+        "resolution_cutoff": {"exclude_newer": OLD},
+        "profiles": {"p": {"python_set": "old"}},
+        "python_sets": {"old": {"packages": {"demo": {"version": 1.0}, "x": {"version": "2"}}}},
+    }
+    same = lockfile.cutoff_of(prev)
+    plan = SimpleNamespace(profile="p")
+    # a changed input gives the set a new key: the profile's former set still gives its pins
+    assert _Sets(prev, same).prefs(plan, "new") == {"demo": "1.0", "x": "2"}
+    assert _Sets(prev, {"exclude_newer": NEW, "exclude_newer_package": {}}).prefs(plan, "new") == {}
+    assert _Sets(prev, same, keep_pins=False).prefs(plan, "new") == {}  # lock --upgrade
+    assert _Sets({}, same).prefs(plan, "new") == {}
