@@ -26,14 +26,14 @@ from pathlib import Path
 
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.lock import lockfile, pydeps, sources, srcmeta, staging
-from mtpimage.lock.probes import PROBED_RULES, patch_dry_run, probe_plan
+from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
 from mtpimage.manifests import manifest, rules
 from mtpimage.manifests.patches import PatchUnavailable
 from mtpimage.manifests.patches import as_files as patch_files
 from mtpimage.mirrors import BuildMirrors
-from mtpimage.plan.model import Component, Plan, build_plan
+from mtpimage.plan.model import Plan, build_plan
 from mtpimage.publish import baseplatform
 from mtpimage.publish.baseplatform import BaseNotServed
 
@@ -228,13 +228,6 @@ def _source_version(c: dict, commit: str) -> str:
 # ----------------------------------------------------------------------------- verification
 
 
-def _source_root(tree: Path, c: Component) -> Path:
-    """A git source's patches apply at its repository root (the diff's paths), not its subdir."""
-    if c.source != "git" or c.subdir in ("", "."):
-        return tree
-    return tree.parents[len(Path(c.subdir).parts) - 1]
-
-
 class Locker(PythonSets):
     def __init__(
         self,
@@ -291,7 +284,7 @@ class Locker(PythonSets):
                     entry.update(file=wheel.name, sha256=pydeps.sha256_file(wheel))
         patches = []
         where = self.patch_where(plan, c.name)
-        src_root = _source_root(tree, c) if tree is not None else None
+        src_root = source_root(tree, c) if tree is not None else None
         for p in c.patches:
             pe = lockfile.patch_pin(p)
             if p.repo:
@@ -306,14 +299,7 @@ class Locker(PythonSets):
                         patches.append(pe)
                         continue
                     target = src_root if c.source == "git" else tree
-                    if c.source == "git":
-                        ok, err = sources.apply_check(src_root, path, p.strip)
-                        pe["checked_with"] = f"git apply --check -p{p.strip} at the repository root"
-                    else:
-                        ok, err = patch_dry_run(tree, path, p.strip)
-                        pe["checked_with"] = (
-                            f"patch --dry-run -p{p.strip} on the {c.package} {c.version} wheel"
-                        )
+                    ok, err, pe["checked_with"] = apply_check(c, tree, path, p.strip)
                     misfit = None if ok else self._misfit(c, p, path, target, err)  # the file exists here
             except PatchUnavailable as exc:
                 if not exc.offline:
@@ -579,7 +565,7 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
         results = rules.evaluate(plan, probes, f=rules.facts_for(m.root))
         locker.results[plan.profile] = results
         for r in rules.errors(results):
-            if r.rule.id in probes:
+            if r.rule.id in PROBED_RULES and r.rule.id in probes:  # a misfit patch is said per component
                 locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
         key = locker.python_set(plan)
         e.profiles[plan.profile] = {

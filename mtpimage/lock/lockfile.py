@@ -457,17 +457,58 @@ def locked_probes(manifests, plan: Plan) -> dict:
     lock = read(lock_path(Path(manifests.root)))
     if lock is None:
         return {}
+    where = f"{Path(manifests.root).name}/{LOCK_NAME}"
+    # a patch record counts wherever it is of the very pin and patch (a lock that records a
+    # misfit patch is refused as a frozen lock, and must not make `check` say ok either)
+    patched = _locked_patches(plan, lock, where)
+    out = {} if patched is None else {"patches-apply": patched}
     try:
         check_frozen(manifests, plan, lock)
     except InputError:
-        return {}
+        return out
     recorded = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("probes") or {}
-    where = f"{Path(manifests.root).name}/{LOCK_NAME}"
-    return {
-        rid: Verdict(str(v.get("status")), f"{v.get('detail', '')} (recorded in {where})")
-        for rid, v in sorted(recorded.items())
-        if isinstance(v, dict) and v.get("status")
-    }
+    out.update(
+        {
+            rid: Verdict(str(v.get("status")), f"{v.get('detail', '')} (recorded in {where})")
+            for rid, v in sorted(recorded.items())
+            if isinstance(v, dict) and v.get("status")
+        }
+    )
+    return out
+
+
+def _locked_patches(plan: Plan, lock: dict, where: str):
+    """patches-apply as `lock` decided it: each patch applied to the pinned artifact (its
+    `applies` and `checked_with` in components.*.patches). None when nothing is patched."""
+    from mtpimage.manifests.rules import FAIL, PASS, UNKNOWN, Verdict
+
+    lines, status = [], PASS
+    for c in plan.components:
+        if not c.patches:
+            continue
+        entry = (lock.get("components") or {}).get(c.name) or {}
+        pinned = ("version", c.version) if c.source == "pypi" else ("commit", c.commit)
+        records = entry.get("patches") or []
+        if str(entry.get(pinned[0])) != pinned[1] or [str(p.get("sha256")) for p in records] != [
+            p.sha256 for p in c.patches
+        ]:
+            return None  # the lock checked another pin or patch: it says nothing about this one
+        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        for p in records:
+            sha = str(p.get("sha256", ""))[:12]
+            if p.get("applies") is True:
+                lines.append(
+                    f"{c.name}: patch {sha} applies to {shown} ({p.get('checked_with', 'checked by lock')})"
+                )
+            elif p.get("applies") is False:
+                status = FAIL
+                lines.append(f"{c.name}: patch {sha} does not apply to {shown}: {p.get('error', '')}")
+            else:
+                status = UNKNOWN if status == PASS else status
+                lines.append(f"{c.name}: patch {sha} on {shown} not checked: {p.get('reason', 'no record')}")
+    if not lines:
+        return None
+    return Verdict(status, f"{'; '.join(lines)} (recorded in {where})")
 
 
 _READ = object()  # locked_requirements' default: read lock.yaml itself

@@ -282,6 +282,59 @@ def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
     return proc.returncode == 0, " ".join((proc.stdout + proc.stderr).split())[-400:]
 
 
+def source_root(tree: Path, c: Component) -> Path:
+    """A git source's patches apply at its repository root (the diff's paths), not its subdir."""
+    if c.source != "git" or c.subdir in ("", "."):
+        return tree
+    return tree.parents[len(Path(c.subdir).parts) - 1]
+
+
+def apply_check(c: Component, tree: Path, patch: Path, strip: int) -> tuple[bool, str, str]:
+    """(applies, git's or patch's words, how it was checked) for one patch file against the
+    component's fetched source: `git apply --check` at a git source's repository root, `patch
+    --dry-run` on a PyPI component's unpacked wheel. `lock` and `check --probe-sources` both ask this."""
+    if c.source == "git":
+        ok, err = sources.apply_check(source_root(tree, c), patch, strip)
+        return ok, err, f"git apply --check -p{strip} at the repository root"
+    ok, err = patch_dry_run(tree, patch, strip)
+    return ok, err, f"patch --dry-run -p{strip} on the {c.package} {c.version} wheel"
+
+
+def patches_probe(plan: Plan, manifests_root: Path, ss: SourceSet) -> Verdict | None:
+    """patches-apply decided by applying every patch to its component's pinned source (None
+    when no component is patched)."""
+    from mtpimage.manifests.patches import PatchUnavailable
+    from mtpimage.manifests.patches import as_files as patch_files
+
+    patched = [c for c in plan.components if c.patches]
+    if not patched:
+        return None
+    fail, unknown, ok = [], [], []
+    for c in patched:
+        tree = ss.tree(c)
+        if tree is None:
+            why = ss.failed.get(c.name) or ss.unavailable.get(c.name, "not fetched")
+            unknown.append(f"not decided: the {c.name} source could not be fetched ({why})")
+            continue
+        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        for p in c.patches:
+            try:
+                with patch_files(c.name, (p,), manifests_root, f"components.{c.name}.patches") as [
+                    (path, strip)
+                ]:
+                    fits, err, how = apply_check(c, tree, path, strip)
+            except PatchUnavailable as exc:
+                unknown.append(f"not decided: patch {p.describe()} could not be made ({exc.reason})")
+                continue
+            line = f"{c.name}: patch {p.sha256[:12]} {'applies' if fits else 'does not apply'} to {shown} ({how})"
+            (ok if fits else fail).append(line if fits else f"{line}: {err}")
+    if fail:
+        return Verdict(FAIL, "; ".join(fail))
+    if unknown:
+        return Verdict(UNKNOWN, "; ".join(unknown))
+    return Verdict(PASS, "; ".join(ok))
+
+
 def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
     """A scratch copy of the files the patches touch, with the patches applied."""
     scratch = Path(tempfile.mkdtemp(prefix="mtp-patched-"))
@@ -385,6 +438,10 @@ def probe_plan(
             base.status,
             f"source not probed ({ss.unavailable.get(comp.name, 'not fetched')}); known pins: {base.detail}",
         )
+
+    patches = patches_probe(plan, root, ss)
+    if patches is not None:
+        out["patches-apply"] = patches
 
     base = applies("recompute-padding-mask")
     mc = plan.component("megatron-lm")

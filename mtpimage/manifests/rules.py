@@ -195,6 +195,36 @@ def sglang_rollout_fix(plan: Plan, f: dict) -> Verdict:
 
 
 @predicate
+def patches_apply(plan: Plan, f: dict) -> Verdict:
+    """Offline, from the known facts alone: each patch's sha256 and where it is known to fit.
+    lock.yaml's record (evidence: lock) and --probe-sources (applied) decide over this."""
+    fits = f.get("patches") or {}
+    fail, unknown, ok = [], [], []
+    for c in plan.components:
+        pinned = c.version if c.source == "pypi" else c.commit
+        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        for p in c.patches:
+            known = fits.get(p.sha256)
+            if known is None:
+                unknown.append(f"{c.name}: patch sha256 {p.sha256[:12]} on {shown} is in no known list")
+            elif pinned in [str(v) for v in known["fits"]]:
+                ok.append(f"{c.name}: patch {p.sha256[:12]} fits {shown} ({known.get('ref', '')})")
+            else:
+                fail.append(
+                    f"{c.name}: patch {p.sha256[:12]} fits {', '.join(map(str, known['fits']))} only, "
+                    f"not {shown} ({known.get('ref', '')})"
+                )
+    if fail:
+        return Verdict(FAIL, "; ".join(fail))
+    if unknown:
+        return Verdict(
+            UNKNOWN,
+            "; ".join(unknown) + "; run `lock` or `check --probe-sources` to apply it to the pinned source",
+        )
+    return Verdict(PASS, "; ".join(ok)) if ok else Verdict(NA, "no component is patched")
+
+
+@predicate
 def mimo_needs_bridge_2387(plan: Plan, f: dict) -> Verdict:
     if "mimo" not in plan.models:
         return Verdict(NA, "no MiMo model in this profile")

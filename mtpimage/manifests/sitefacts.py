@@ -102,7 +102,7 @@ def _same_shape(table: dict, value, where: str, dotted: str) -> None:
 
 def _open(table: dict) -> bool:
     """A table keyed by data (commits, versions), not by the rules' field names: a site may
-    add entries. Recognised by its keys: 40-hex commits or version numbers."""
+    add entries. Recognised by its keys: 40-hex commits, 64-hex patch sha256s or version numbers."""
     keys = [str(k) for k in table]
     return bool(keys) and all(_datum(k) for k in keys)
 
@@ -110,7 +110,7 @@ def _open(table: dict) -> bool:
 def _datum(key: str) -> bool:
     import re
 
-    return bool(re.fullmatch(r"[0-9a-f]{40}|\d+(\.\d+)+\w*", key))
+    return bool(re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}|\d+(\.\d+)+\w*", key))
 
 
 def _labelled(value, where: str):

@@ -172,6 +172,38 @@ def test_lock_records_patches_by_reference_proves_they_apply_and_frozen_holds(
     assert (m / "lock.yaml").read_bytes() == before
 
 
+def test_check_says_where_each_patch_applies_from_the_lock_or_by_applying_it(
+    git_env, fast_net, tmp_path, http_server, fixture_repos, monkeypatch
+):
+    """#36 item 5: plain `check` gives each patch's verdict as `lock` applied it (evidence lock),
+    `--probe-sources` applies it again to the pinned commit (evidence probe), and a pin the patch
+    does not fit fails there in one rule naming the patch and the commit."""
+    import json
+
+    repos = fixture_repos
+    m = _patched_manifests(tmp_path / "m", repos, serve_index(http_server, monkeypatch))
+    assert build("lock", "--manifests", str(m), "--profile", PROFILE).returncode == 0
+
+    def rule(*extra) -> tuple[int, dict]:
+        proc = build("check", "--manifests", str(m), "--profile", PROFILE, "--json", *extra)
+        return proc.returncode, {r["id"]: r for r in json.loads(proc.stdout)[0]["rules"]}["patches-apply"]
+
+    code, r = rule()
+    assert (code, r["status"], r["evidence"]) == (0, "pass", "lock"), r
+    base = repos.sglang.commits["without_fix"]
+    assert f"sglang: patch {SGLANG_PATCH['sha256'][:12]} applies to sglang {base[:10]}" in r["detail"], r
+    assert f"megatron-lm: patch {MEGATRON_FIX_SHA256[:12]} applies" in r["detail"], r
+    code, r = rule("--probe-sources")
+    assert (code, r["status"], r["evidence"]) == (0, "pass", "probe"), r
+    assert "(git apply --check -p1 at the repository root)" in r["detail"], r
+    head = repos.sglang.commits["with_fix"]  # the fix is in it already: the patch cannot apply
+    code, r = rule("--probe-sources", "--set", f"sglang.commit={head}")
+    assert (code, r["status"], r["evidence"]) == (1, "fail", "probe"), r
+    assert (
+        f"sglang: patch {SGLANG_PATCH['sha256'][:12]} does not apply to sglang {head[:10]}" in r["detail"]
+    ), r
+
+
 def _copy(src: Path, dest: Path) -> Path:
     import shutil
 

@@ -436,3 +436,78 @@ def test_check_counts_unknown_apart_from_warnings_and_says_no_ok_over_them(capsy
     report.print_check(plan, rules.evaluate(plan), resolution=False)
     head = capsys.readouterr().out.splitlines()[0]
     assert head.startswith("mtp-cp-recompute: ok (") and head.endswith(" 0 errors, 0 warnings)"), head
+
+
+# patches-apply (#36 item 5) ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "version,want", [("0.5.12", rules.PASS), ("0.5.12.post1", rules.PASS), ("0.5.13", rules.FAIL)]
+)
+def test_a_patch_is_judged_offline_by_the_versions_it_is_known_to_fit(version, want):
+    """Without the lock's record (the pin moved) and without --probe-sources, the facts decide:
+    the sglang patch fits 0.5.12 and 0.5.12.post1 only; a FAIL names both and the pin."""
+    r = verdicts("mtp-detach", [f"sglang.version={version}"])["patches-apply"]
+    assert (r.status, r.rule.severity) == (want, "error"), r.detail
+    if want == rules.FAIL:
+        assert "fits 0.5.12, 0.5.12.post1 only, not sglang 0.5.13" in r.detail, r.detail
+
+
+def test_a_patch_no_fact_names_is_unknown_offline_never_pass(tmp_path):
+    root = copy_manifests(tmp_path)
+    edit_yaml(
+        root / "components.yaml", lambda d: d["components"]["sglang"]["patches"][0].update(sha256="ab" * 32)
+    )
+    r = verdicts("mtp-detach", root=root)["patches-apply"]
+    assert (
+        r.status == rules.UNKNOWN and "in no known list" in r.detail and "check --probe-sources" in r.detail
+    )
+
+
+def test_the_locks_patch_record_decides_check(tmp_path):
+    """Plain `check` on a lock that matches: each patch's verdict as `lock` applied it to the
+    pinned wheel (evidence: lock), even where no fact names the patch; a record of a patch that
+    did not apply, or was not checked, never passes."""
+    import json
+    import shutil
+
+    import yaml
+
+    root = Path(shutil.copytree(manifest.load().root, tmp_path / "manifests"))
+    old = yaml.safe_load((root / "lock.yaml").read_text())["components"]["sglang"]["patches"][0]["sha256"]
+
+    def rule(**record) -> dict:
+        text = (root / "lock.yaml").read_text()
+        doc = yaml.safe_load(text)
+        doc["components"]["sglang"]["patches"][0].update(record)
+        (root / "lock.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = run_main("check", "--manifests", str(root), "--profile", "mtp-detach", "--json")
+        return {r["id"]: r for r in json.loads(proc.stdout)[0]["rules"]}["patches-apply"]
+
+    r = rule()
+    assert (r["status"], r["evidence"]) == ("pass", "lock"), r
+    assert (
+        f"patch {old[:12]} applies to sglang 0.5.12 (patch --dry-run -p2 on the sglang 0.5.12 wheel)"
+        in r["detail"]
+    )
+    # not checked at lock time: inconclusive, so the known facts decide and say so
+    r = rule(applies=None, verified=False, reason="source not available to apply it to")
+    assert (r["status"], r["evidence"]) == ("pass", "known-pins") and "inconclusive" in r["detail"], r
+    assert "not checked: source not available" in r["detail"], r
+
+
+def test_a_lock_that_records_a_misfit_patch_fails_check(tmp_path):
+    """#36 items 1 and 5: a lock.yaml recording a patch that did not apply (an older tool wrote
+    such locks) made plain `check` say ok, exit 0; it fails, naming the patch and the artifact."""
+    import shutil
+
+    import yaml
+
+    root = Path(shutil.copytree(manifest.load().root, tmp_path / "manifests"))
+    doc = yaml.safe_load((root / "lock.yaml").read_text())
+    doc["components"]["sglang"]["patches"][0].update(applies=False, error="eagle_worker.py not in it")
+    (root / "lock.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run_main("check", "--manifests", str(root), "--profile", "mtp-detach")
+    assert proc.returncode != 0, proc.stdout
+    assert (
+        "ERROR patches-apply" in proc.stdout
+        and "does not apply to sglang 0.5.12: eagle_worker.py" in proc.stdout
+    )

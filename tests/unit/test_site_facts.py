@@ -63,3 +63,20 @@ def test_a_site_fact_the_rules_do_not_use_is_one_line(tmp_path):
     assert_one_line_error(
         run_main("check", "--manifests", str(root)), "facts.yaml:5", "missing padding_mask_bug"
     )
+
+
+def test_a_site_says_where_its_own_patch_fits(tmp_path):
+    """#36 item 5: the patches table is keyed by sha256; a site's entry for a patch of its own
+    decides patches-apply offline (no lock here), and names its file and line."""
+    sha = "cd" * 32
+    root = _site(
+        tmp_path,
+        "schema_version: 1\nfacts:\n  patches:\n"
+        f"    {sha}: {{component: sglang, fits: ['0.5.12'], ref: checked here}}\n",
+    )
+    from tests.unit.helpers import edit_yaml
+
+    edit_yaml(root / "components.yaml", lambda d: d["components"]["sglang"]["patches"][0].update(sha256=sha))
+    proc = run_main("check", "--manifests", str(root), "--profile", "mtp-detach", "--json")
+    r = next(r for r in json.loads(proc.stdout)[0]["rules"] if r["id"] == "patches-apply")
+    assert r["status"] == "pass" and "(site fact, manifests/facts.yaml:4)" in r["detail"], r
