@@ -83,6 +83,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
         plan=plan,
         builder_version=__version__,
         os_packages=list(plan.os_packages),
+        os_remove=[name for name, _why in plan.os_remove],
         install_layers=recipe.layers,
         labels=labels(plan, IMAGE_REPOSITORY),
         builders=recipe.builders,

@@ -115,6 +115,10 @@ def catalogue(repos: FixtureRepos, base: PushedBase) -> dict:
             "cuda": "13.0.2",
             "base_image": {"name": base.name, "tag": base.tag, "digest": base.digest},
             "os_packages": ["ca-certificates", "git", "python3", "python3-venv", "python3-pip"],
+            # the demo's base holds a stand-in of the real base's held libnccl2 (testbase.py)
+            "os_remove": [
+                {"package": "libnccl2", "why": "the base's held NCCL beside the lock's; one NCCL per process"}
+            ],
         },
         "indexes": {"pypi": "https://pypi.org/simple"},
         "layers": ["megatron", "bridges", "sglang", "verl"],

@@ -46,8 +46,23 @@ class PushedBase:
         return f"{self.name}@{self.digest}"
 
 
+# What the real base holds that the stack replaces, as the real base holds it: a libnccl2 at
+# NVIDIA's version, kept with apt-mark hold, its library in the loader's cache. An empty
+# package with a placeholder file (not a working NCCL): what the os layer's removal
+# (platform.os_remove) and the native-libs check meet on the real base.
+HELD_NCCL = "2.28.3-1+cuda13.0"
+_HELD = (
+    "RUN d=$(mktemp -d) && mkdir -p $d/DEBIAN $d/usr/lib/x86_64-linux-gnu"
+    " && printf 'Package: libnccl2\\nVersion: {v}\\nArchitecture: all\\nMaintainer: mtp-image-builder"
+    "\\nDescription: stand-in of the real base held NCCL\\n' > $d/DEBIAN/control"
+    " && : > $d/usr/lib/x86_64-linux-gnu/libnccl.so.{so}"
+    " && dpkg-deb -b $d /tmp/libnccl2.deb >/dev/null && dpkg -i /tmp/libnccl2.deb >/dev/null"
+    " && apt-mark hold libnccl2 >/dev/null && rm -rf $d /tmp/libnccl2.deb /var/log/dpkg.log /var/log/apt"
+).format(v=HELD_NCCL, so=HELD_NCCL.split("-")[0])
+
+
 def _context(source: str) -> bytes:
-    dockerfile = f"FROM {source}\nRUN ln -sf python3 /usr/bin/python3.12\n".encode()
+    dockerfile = f"FROM {source}\nRUN ln -sf python3 /usr/bin/python3.12\n{_HELD}\n".encode()
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")

@@ -58,7 +58,7 @@ SECTION_TITLES = {
     "resolution": "resolution (declared departures)",
     "python": "python packages (lock.yaml)",
 }
-PLATFORM_FIELDS = ("base_image", "base_digest", "base_platform", "python", "cuda", "os_packages")
+PLATFORM_FIELDS = ("base_image", "base_digest", "base_platform", "python", "cuda", "os_packages", "os_remove")
 PROFILE_FIELDS = ("mode", "experimental", "targets", "models", "rollout_engine")
 COMPONENT_FIELDS = (
     "source",

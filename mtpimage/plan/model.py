@@ -204,6 +204,8 @@ class Plan:
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
     builds_against: str = "torch"  # builds.against: builder stages start after its layer
     builder_os_packages: tuple[str, ...] = ()  # builds.os_packages (builder stages only)
+    # platform.os_remove: (package, why) of the base's packages the os layer removes
+    os_remove: tuple[tuple[str, str], ...] = ()
     # lock.yaml's platform manifest of this base (None: not recorded, or a substituted base)
     base_platform: BasePlatform | None = None
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
@@ -234,7 +236,13 @@ class Plan:
         del d["ext_max_jobs"], d["route_links"]
         if not self.cuda_archs:
             del d["builds_against"]
-        for key in ("cuda_archs", "routes", "builder_os_packages", "base_platform"):  # absent when unused
+        for key in (
+            "cuda_archs",
+            "routes",
+            "builder_os_packages",
+            "base_platform",
+            "os_remove",
+        ):  # absent when unused
             if not d[key]:
                 del d[key]
         for c in d["components"]:  # absent when unused: older plans keep their digests
@@ -446,6 +454,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         base_image=base,
         base_digest=img.get("digest"),
         os_packages=tuple(plat.get("os_packages", [])),
+        os_remove=tuple((r["package"], " ".join(r["why"].split())) for r in plat.get("os_remove", [])),
         indexes=tuple(sorted(cat["indexes"].items())),
         components=components,
         packages=packages,

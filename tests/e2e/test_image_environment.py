@@ -184,6 +184,16 @@ def test_the_entrypoint_answers_each_driver(world, gpu_node, version, gpu, rc, s
         assert f"NVIDIA driver {version} found (nvidia-smi), CUDA 13.0 needs >= 580 (fix: " in proc.stderr
 
 
+def test_the_os_layer_removes_the_bases_held_nccl(world):
+    """The test base holds a stand-in of the real base's libnccl2 (apt-mark hold, with its
+    library file); platform.os_remove takes it out in the os layer, hold and all (issue 37)."""
+    query = "dpkg-query -W -f='${Package} ${Status}\\n' libnccl2; ls /usr/lib/x86_64-linux-gnu/libnccl*"
+    base = world["host"].docker("run", "--rm", "--entrypoint", "sh", world["base"], "-c", query, check=False)
+    assert "libnccl2 hold ok installed" in base.stdout and "libnccl.so.2.28.3" in base.stdout, base.stdout
+    image = _in_image(world, "sh", "-c", query)
+    assert "ok installed" not in image.stdout and "libnccl" not in image.stdout, image.stdout + image.stderr
+
+
 def test_native_libs_passes_here_and_names_a_planted_second_nccl(world):
     ok = _in_image(world, "python", CHECKS, "--only", "native-libs")
     assert ok.returncode == 0, ok.stdout + ok.stderr
