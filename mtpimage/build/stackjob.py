@@ -49,9 +49,9 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
         index_preflight,
     )
 
-    plan = rendered.plan
+    plan, eng = rendered.plan, options.engine
     mirrors = options.mirrors_for(plan)
-    base_preflight(plan, mirrors)
+    base_preflight(plan, eng, mirrors)
     say(f"base    {base_platform(plan, rendered.manifests_root, mirrors).line}")
     index_preflight(plan, mirrors)
     t0 = time.monotonic()
@@ -61,7 +61,6 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
     cache_from = tuple(options.cache_from)
     if registry is not None:
         cache_from += (f"type=registry,ref={registry.ref(IMAGE_REPOSITORY, stack.LATEST_STACK_TAG)}",)
-    eng = engine.current()
     say(f"build   {stack.stack_tag(rendered)} (the layers below the mode layer) with {eng.describe()}")
     image_id = eng.build(
         engine.BuildRequest(
@@ -78,7 +77,7 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
         )
     )
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s")
-    sizes.after_build(plan, image_id, say)
+    sizes.after_build(plan, image_id, eng, say)
     return image_id
 
 
@@ -100,13 +99,14 @@ def run(rendered: list[Rendered], options, registry: Registry | None, say: Say =
             results.append(StackResult(tag, names, "up to date", ref, there))
             continue
         image_id = build_stack(members[0], options, registry, say)
-        release.tag(image_id, ref)
+        eng = options.engine
+        eng.tag(image_id, ref)
         digest = None
         if registry is not None:
-            release.push(ref, say)
+            release.push(eng, ref, say)
             latest = registry.ref(IMAGE_REPOSITORY, stack.LATEST_STACK_TAG)
-            release.tag(image_id, latest)
-            release.push(latest, say)
+            eng.tag(image_id, latest)
+            release.push(eng, latest, say)
             digest = client.manifest_digest(IMAGE_REPOSITORY, tag)
             say(f"pushed  {ref}@{digest} and moved {latest}")
         results.append(StackResult(tag, names, "built", ref, digest))

@@ -8,6 +8,7 @@ from mtpimage.plan.model import IMAGE_REPOSITORY
 
 
 def cmd_export(args) -> int:
+    from mtpimage import engine
     from mtpimage.build.render import render
     from mtpimage.outputs.enroot import export_enroot
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
@@ -16,7 +17,7 @@ def cmd_export(args) -> int:
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     image = args.image or f"{IMAGE_REPOSITORY}:{render(plan, m.root).identity}"
     out = args.out or Path("out") / f"{image.split('/')[-1].replace(':', '+')}.sqsh"
-    sqsh, vector = export_enroot(image, out)
+    sqsh, vector = export_enroot(image, out, engine.named())
     print(
         f"exported {image}\n  squashfs        {sqsh}\n  version vector  {vector}\n"
         f"  use: srun --container-image={sqsh} ..."
