@@ -108,6 +108,22 @@ class BuildOptions:
     def mirrors_for(self, plan: Plan) -> BuildMirrors:
         return build_mirrors(self.mirrors, plan)
 
+    def request(self, context_tar: bytes, labels: dict, plan: Plan, **build) -> engine.BuildRequest:
+        """The one place a BuildRequest is made: these options' secrets, builder, progress,
+        cache and `plan`'s mirrors, for the image, a stack or a builder stage alike. `build`:
+        what that build sets itself (its target and output, its own cache sources, ...)."""
+        given = {
+            "mirrors": self.mirrors_for(plan),
+            "ca_bundle": self.ca_bundle,
+            "netrc": self.netrc,
+            "builder": self.builder,
+            "progress": self.progress or ("tty" if sys.stderr.isatty() else "plain"),
+            "no_cache": self.no_cache,
+            "cache_from": self.cache_from,
+            "cache_to": self.cache_to,
+        }
+        return engine.BuildRequest(context_tar=context_tar, labels=labels, **{**given, **build})
+
 
 def build_mirrors(mirrors: Mirrors, plan: Plan) -> BuildMirrors:
     """What a build of `plan` gets: the table of its index URLs, the registry mirrors."""
@@ -278,20 +294,10 @@ def build_request(
     index_preflight(plan, mirrors)
     fetch_sources_first(rendered, say)  # every source before the first compile (#38 item 2)
     wheels = extension_wheels(plan, rendered, options, say)
-    return engine.BuildRequest(
-        context_tar=build_context(rendered, progress=say, wheels=wheels),
-        labels={
-            **(identity_labels(rendered.identity) if labels is None else labels),
-            **extension_labels(wheels),
-        },
-        mirrors=mirrors,
-        ca_bundle=options.ca_bundle,
-        netrc=options.netrc,
-        builder=options.builder,
-        progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
-        no_cache=options.no_cache,
-        cache_from=options.cache_from,
-        cache_to=options.cache_to,
+    return options.request(
+        build_context(rendered, progress=say, wheels=wheels),
+        {**(identity_labels(rendered.identity) if labels is None else labels), **extension_labels(wheels)},
+        plan,
     )
 
 
@@ -322,20 +328,17 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
         if log is not None:
             say(f"log     {log} (the compiler's full output)")
         options.engine.build(
-            engine.BuildRequest(
-                context_tar=context,
-                labels={},
-                ca_bundle=options.ca_bundle,
-                netrc=options.netrc,
-                builder=options.builder,
-                progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+            options.request(
+                context,
+                {},
+                rendered.plan,
                 target=target,
                 output_dir=out_dir,
                 build_args=tuple(build_args),
-                mirrors=options.mirrors_for(rendered.plan),
                 network="host",  # the compile cache is served on the host's loopback
-                no_cache=options.no_cache,
                 on_line=on_line,
+                cache_from=(),  # the image's caches are not a builder stage's
+                cache_to=(),
             ),
             log_path=log,
         )
@@ -426,8 +429,7 @@ def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> JobResult:
 def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     plan, reg = job.plan, job.registry
     rendered = render(plan, job.manifests.root)
-    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    local, human_local = rendered.image(), rendered.profile_image()
     client = None
     if reg is not None:
         from mtpimage.publish.registryclient import RegistryClient
@@ -453,8 +455,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
 
 def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> JobResult:
     plan, reg, eng = job.plan, job.registry, job.build.engine
-    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    local, human_local = rendered.image(), rendered.profile_image()
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (

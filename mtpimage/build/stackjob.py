@@ -6,17 +6,16 @@ stack is and why inline cache: stack.py.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mtpimage import engine
 from mtpimage.build import sizes, stack
 from mtpimage.build.render import Rendered
 from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish import release
 from mtpimage.publish.imageref import Registry
+from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
 
@@ -62,19 +61,9 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
     if registry is not None:
         cache_from += (f"type=registry,ref={registry.ref(IMAGE_REPOSITORY, stack.LATEST_STACK_TAG)}",)
     say(f"build   {stack.stack_tag(rendered)} (the layers below the mode layer) with {eng.describe()}")
+    labels = {stack.STACK_LABEL: stack.stack_key(rendered), **extension_labels(wheels)}
     image_id = eng.build(
-        engine.BuildRequest(
-            context_tar=context,
-            labels={stack.STACK_LABEL: stack.stack_key(rendered), **extension_labels(wheels)},
-            mirrors=mirrors,
-            ca_bundle=options.ca_bundle,
-            netrc=options.netrc,
-            builder=options.builder,
-            progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
-            no_cache=options.no_cache,
-            cache_from=cache_from,
-            cache_to=(stack.INLINE_CACHE,),
-        )
+        options.request(context, labels, plan, cache_from=cache_from, cache_to=(stack.INLINE_CACHE,))
     )
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s")
     sizes.after_build(plan, image_id, eng, say)
@@ -92,7 +81,7 @@ def run(rendered: list[Rendered], options, registry: Registry | None, say: Say =
     for tag, members in group(rendered).items():
         names = tuple(r.plan.profile for r in members)
         say(f"stack   {tag} shared by {len(names)} profile(s): {', '.join(names)}")
-        ref = registry.ref(IMAGE_REPOSITORY, tag) if registry else f"{IMAGE_REPOSITORY}:{tag}"
+        ref = registry.ref(IMAGE_REPOSITORY, tag) if registry else local_image(tag)
         there = client.manifest_digest(IMAGE_REPOSITORY, tag) if client else None
         if there is not None:
             say(f"up to date: {ref} exists in {registry.host}; nothing to build")

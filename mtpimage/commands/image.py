@@ -19,7 +19,6 @@ from mtpimage.build.render import render
 from mtpimage.engine import ENGINES
 from mtpimage.errors import InputError
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
-from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish.imageref import Registry
 
 
@@ -152,7 +151,7 @@ def cmd_test(args) -> int:
     image = args.image
     if image is None:
         rendered = render(plan, m.root)
-        image = f"{IMAGE_REPOSITORY}:{rendered.identity}"
+        image = rendered.image()
         if options.engine.image_id(image) is None:
             _say(f"{image} is not built yet: building it (untagged) to test it")
             image = build_image(plan, rendered, options, _say)

@@ -48,7 +48,7 @@ from mtpimage.demo.gitserver import serve_git_world
 from mtpimage.demo.registry import private_registry
 from mtpimage.demo.testbase import DEFAULT_BASE_IMAGE, DOCKER_ENGINE, push_base
 from mtpimage.errors import BuilderError, EnvironmentProblem
-from mtpimage.plan.model import IMAGE_REPOSITORY
+from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
 NAMESPACE = "demo"  # where the demo publishes in its registry
@@ -188,7 +188,7 @@ class Demo:
         refs = list(summary.get("references") or [])
         if step == "build" and summary.get("image"):
             self.built_id = self.engine.image_id(summary["image"])
-            refs = [summary["image"], f"{IMAGE_REPOSITORY}:{manifests.PROFILE}"]
+            refs = [summary["image"], local_image(manifests.PROFILE)]
         for ref in refs:
             if ref not in self.made:
                 self.made.append(ref)
@@ -326,7 +326,7 @@ class Demo:
             return False
         # a human tag (mtp-verl:demo, REGISTRY/demo/mtp-verl:demo) may have been moved by
         # another run since: removed only while it names this run's image
-        human = ref.rsplit("/", 1)[-1] == f"{IMAGE_REPOSITORY}:{manifests.PROFILE}"
+        human = ref.rsplit("/", 1)[-1] == local_image(manifests.PROFILE)
         if human and found != self.built_id:
             return False
         eng.untag(ref)

@@ -224,7 +224,7 @@ def test_not_remembered_when_the_profile_tag_is_elsewhere(world):
 
 
 def test_constants_agree_with_the_tool():
-    assert fastpath.IMAGE_REPOSITORY == model.IMAGE_REPOSITORY
+    assert fastpath.local_image("t") == f"{model.IMAGE_REPOSITORY}:t"
     assert fastpath.DEFAULT_PROFILE == cli.DEFAULT_PROFILE
     assert "MTP_" not in fastpath.__doc__.split("What the key covers")[0]  # read only by settings.py
     parser = cli.make_parser()
