@@ -228,11 +228,11 @@ def cmd_check(args) -> int:
 def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
     """profile -> its base's platform manifest verdict (pipeline.base_platform), each distinct
     base read once; a lock that records another manifest stops `check` here, in one line."""
-    from mtpimage.build.pipeline import BuildOptions, base_platform
+    from mtpimage.build.pipeline import base_platform, build_mirrors
     from mtpimage.mirrors import Mirrors
 
-    options = BuildOptions(mirrors=Mirrors.configured(registry_mirror))
-    return {p.profile: base_platform(p, root, options.mirrors_for(p)) for p in plans}
+    mirrors = Mirrors.configured(registry_mirror)
+    return {p.profile: base_platform(p, root, build_mirrors(mirrors, p)) for p in plans}
 
 
 def cmd_explain(args) -> int:
@@ -351,18 +351,13 @@ def cmd_main(args):
     else:
         if not args.dry_run and not rules.errors(results):
             from mtpimage.build.pipeline import base_first, check_frozen
-            from mtpimage.commands.image import build_options, main_job
+            from mtpimage.commands.image import main_job
 
             # a build that cannot start says so in one line, not after 65 lines of plan; a lock
             # that drifted is the first thing it stops on (its warning comes with the run)
-            check_frozen(main_job(args, m, plan), warn=lambda _msg: None)
-            base_first(
-                plan,
-                image_of(plan, m.root),
-                getattr(args, "registry", None),
-                build_options(args).mirrors,
-                m.root,
-            )
+            job = main_job(args, m, plan)
+            check_frozen(job, warn=lambda _msg: None)
+            base_first(plan, image_of(plan, m.root), getattr(args, "registry", None), job.build, m.root)
         print_plan(plan, results, image_of(plan, m.root))
     if rules.errors(results):
         return EXIT_RULES
@@ -388,9 +383,7 @@ def invoke(argv: list[str] | None = None) -> tuple[int, object]:
     args = parser.parse_args(argv)
     handler = getattr(args, "func", None) or COMMANDS.get(args.command, cmd_main)
     try:
-        from mtpimage import engine
-
-        with engine.using(getattr(args, "engine", None)), _terminate_as_interrupt():
+        with _terminate_as_interrupt():
             out = handler(args)
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return (out, None) if isinstance(out, int) else (out.exit_code, out)

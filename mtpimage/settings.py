@@ -27,6 +27,12 @@ IMAGE_REPOSITORY = "mtp-verl"  # the local repository every image is tagged in
 DEFAULT_PROFILE = "mtp-detach"  # the main job's profile when --profile is not given
 
 
+def local_image(tag: str) -> str:
+    """The local image reference `mtp-verl:<tag>` (an identity, a profile, a stack tag): spelled
+    here once, for every module and the fast path (which can import nothing else)."""
+    return f"{IMAGE_REPOSITORY}:{tag}"
+
+
 class Variable(tuple):
     """(name, default as a user would write it ("" = unset), what it does). A plain tuple:
     dataclasses would cost the fast path its import time."""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mtpimage import locations, settings
 from mtpimage.engine.dockersocket import quick_image_id as image_id
-from mtpimage.settings import DEFAULT_PROFILE, IMAGE_REPOSITORY
+from mtpimage.settings import DEFAULT_PROFILE, local_image
 
 FORMAT = 1  # part of the key: a new memo layout never reads an old one
 # The options a remembered run may have (each takes one value). --ca-bundle, --netrc and
@@ -174,7 +174,7 @@ def lookup(argv: list[str]) -> tuple[list | None, str | None]:
     except (OSError, ValueError, KeyError, TypeError):
         _trace("miss (no memo for these inputs)")
         return None, k
-    for r in (ref, f"{IMAGE_REPOSITORY}:{opts['--profile']}"):
+    for r in (ref, local_image(opts["--profile"])):
         if image_id(r) != want:
             _trace(f"miss ({r} is not {str(want)[:19]})")
             return None, k
@@ -277,7 +277,7 @@ def remember(argv: list[str], k: str, result, events: list) -> bool:
         return False
     # the next lookup asks the socket: remember only what it will see
     iid = result.image_id
-    if image_id(result.ref) != iid or image_id(f"{IMAGE_REPOSITORY}:{opts['--profile']}") != iid:
+    if image_id(result.ref) != iid or image_id(local_image(opts["--profile"])) != iid:
         return False
     try:
         path = _memo_file(k)

@@ -94,12 +94,10 @@ def short_id(image_id: str) -> str:
     return f"{algo}:{hexa[:12]}" if hexa else image_id[:19]
 
 
-def ensure_local(image: str, flag: str = "--image") -> None:
-    """The image must be in the local engine, or pulled from the registry it names (never from
-    docker.io): the engine seam's one rule (engine.ContainerEngine.ensure_local)."""
-    from mtpimage import engine
-
-    engine.current().ensure_local(image, flag)
+def ensure_local(eng, image: str, flag: str = "--image") -> None:
+    """The image must be in the local engine `eng`, or pulled from the registry it names (never
+    from docker.io): the engine seam's one rule (engine.ContainerEngine.ensure_local)."""
+    eng.ensure_local(image, flag)
 
 
 GPU_UNAVAILABLE = ("could not select device driver", "nvidia-container-cli", "nvml error")
@@ -130,14 +128,14 @@ def _reused_and_recorded(eng, image: str, key: str | None, record: dict, results
     return results
 
 
-def run_checks(image: str, gpu: bool = False, timeout: float = 900, full: bool = False) -> TestReport:
-    """full: run every check (--full-checks), even those whose inputs an image with the same
+def run_checks(image: str, eng, gpu: bool = False, timeout: float = 900, full: bool = False) -> TestReport:
+    """The checks of `image`, run in a container of the engine `eng` (a ContainerEngine).
+    full: run every check (--full-checks), even those whose inputs an image with the same
     lower layers already passed; their results are recorded either way."""
     from mtpimage import engine
     from mtpimage.build import checkreuse
 
-    ensure_local(image)  # a missing image is pulled only from the registry it names
-    eng = engine.current()
+    ensure_local(eng, image)  # a missing image is pulled only from the registry it names
     key, record = _reuse_record(eng, image)
     reuse = [] if full else checkreuse.reuse_args(record)
     cmd = ["python", CHECKS, "--json"] + (["--gpu"] if gpu else []) + reuse

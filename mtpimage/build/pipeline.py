@@ -87,9 +87,13 @@ class JobResult:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How to build: BuildKit secrets, mirrors, builder, cache and output (none of it in the
-    identity)."""
+    """How to build: the engine, BuildKit secrets, mirrors, builder, cache and output (none of
+    it in the identity)."""
 
+    # What builds, tags, runs and inspects, picked by name where the command line is read
+    # (engine.named: --engine, else MTP_ENGINE, else docker) and passed on from here: every step
+    # of a build reads it from its options, none asks for an ambient one.
+    engine: engine.ContainerEngine = field(default_factory=engine.named)
     ca_bundle: Path | None = None
     netrc: Path | None = None
     builder: str | None = None
@@ -102,8 +106,28 @@ class BuildOptions:
     mirrors: Mirrors = field(default_factory=Mirrors.configured)
 
     def mirrors_for(self, plan: Plan) -> BuildMirrors:
-        """What a build of `plan` gets: the table of its index URLs, the registry mirrors."""
-        return self.mirrors.for_build(url for _name, url in plan.indexes)
+        return build_mirrors(self.mirrors, plan)
+
+    def request(self, context_tar: bytes, labels: dict, plan: Plan, **build) -> engine.BuildRequest:
+        """The one place a BuildRequest is made: these options' secrets, builder, progress,
+        cache and `plan`'s mirrors, for the image, a stack or a builder stage alike. `build`:
+        what that build sets itself (its target and output, its own cache sources, ...)."""
+        given = {
+            "mirrors": self.mirrors_for(plan),
+            "ca_bundle": self.ca_bundle,
+            "netrc": self.netrc,
+            "builder": self.builder,
+            "progress": self.progress or ("tty" if sys.stderr.isatty() else "plain"),
+            "no_cache": self.no_cache,
+            "cache_from": self.cache_from,
+            "cache_to": self.cache_to,
+        }
+        return engine.BuildRequest(context_tar=context_tar, labels=labels, **{**given, **build})
+
+
+def build_mirrors(mirrors: Mirrors, plan: Plan) -> BuildMirrors:
+    """What a build of `plan` gets: the table of its index URLs, the registry mirrors."""
+    return mirrors.for_build(url for _name, url in plan.indexes)
 
 
 @dataclass(frozen=True)
@@ -132,16 +156,16 @@ def check_frozen(job: MainJob, warn: Say = _warn) -> None:
     lockfile.check_frozen(job.manifests, job.plan)
 
 
-def base_preflight(plan: Plan, mirrors: BuildMirrors | None = None) -> None:
-    """The base must be present locally or its registry reachable (through a registry mirror
-    that serves it: the mirror); say which, clearly."""
+def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirrors | None = None) -> None:
+    """The base must be present in the local engine `eng` or its registry reachable (through a
+    registry mirror that serves it: the mirror); say which, clearly."""
     from mtpimage.publish.registryclient import RegistryUnreachable, answers
 
     base = plan.base_image
     mirrored = (mirrors or BuildMirrors()).base(base)
     if mirrored is not None:
         ref, mirror = mirrored
-        if release.local_id(ref) is not None:
+        if eng.image_id(ref) is not None:
             return
         try:
             answers(mirror.host)
@@ -152,7 +176,7 @@ def base_preflight(plan: Plan, mirrors: BuildMirrors | None = None) -> None:
                 f"registry {mirror.host} cannot be reached ({exc.reason})"
             ) from None
         return
-    if release.local_id(base) is not None:
+    if eng.image_id(base) is not None:
         return
     host = ImageRef.parse(base, flag="base image").host
     try:
@@ -190,18 +214,19 @@ def base_platform(plan: Plan, manifests_root: Path | None, mirrors: BuildMirrors
 
 
 def base_first(
-    plan: Plan, image: str, registry, mirrors: Mirrors | None = None, manifests_root: Path | None = None
+    plan: Plan, image: str, registry, options: BuildOptions, manifests_root: Path | None = None
 ) -> None:
-    """The base preflight before anything is printed, where the build would need the base: the
-    docker engine, the image not here, no registry that could answer "up to date". With the
-    manifests' root, the base's platform manifest too (a lock that records another one stops
-    here, in one line)."""
-    if engine.current().name != "docker" or registry is not None or release.local_id(image) is not None:
+    """The base preflight before anything is printed, where the build would need the base: an
+    engine that builds from a local base, the image not here, no registry that could answer
+    "up to date". With the manifests' root, the base's platform manifest too (a lock that
+    records another one stops here, in one line)."""
+    eng = options.engine
+    if not eng.needs_local_base or registry is not None or eng.image_id(image) is not None:
         return
-    build_mirrors = BuildOptions(mirrors=mirrors or Mirrors.configured()).mirrors_for(plan)
-    base_preflight(plan, build_mirrors)
+    mirrors = options.mirrors_for(plan)
+    base_preflight(plan, eng, mirrors)
     if manifests_root is not None:
-        base_platform(plan, manifests_root, build_mirrors)
+        base_platform(plan, manifests_root, mirrors)
 
 
 def fetched_indexes(plan: Plan) -> dict[str, str]:
@@ -242,16 +267,16 @@ def index_preflight(plan: Plan, mirrors: BuildMirrors) -> None:
 def build_image(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> str:
     """BuildKit build of the rendered context with its sources; returns the untagged image id.
     A size budget the image exceeds fails here, before any tag."""
-    eng = engine.current()
-    if eng.name == "docker":  # buildah pulls the base by its digest into a clean builder
-        base_preflight(plan, options.mirrors_for(plan))
+    eng = options.engine
+    if eng.needs_local_base:
+        base_preflight(plan, eng, options.mirrors_for(plan))
     say(f"base    {base_platform(plan, rendered.manifests_root, options.mirrors_for(plan)).line}")
     t0 = time.monotonic()
     req = build_request(plan, rendered, options, say)
     say(f"build   {rendered.identity} with {eng.describe()}")
     image_id = eng.build(req)
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s (untagged until its checks pass)")
-    sizes.after_build(plan, image_id, say)
+    sizes.after_build(plan, image_id, eng, say)
     return image_id
 
 
@@ -269,20 +294,10 @@ def build_request(
     index_preflight(plan, mirrors)
     fetch_sources_first(rendered, say)  # every source before the first compile (#38 item 2)
     wheels = extension_wheels(plan, rendered, options, say)
-    return engine.BuildRequest(
-        context_tar=build_context(rendered, progress=say, wheels=wheels),
-        labels={
-            **(identity_labels(rendered.identity) if labels is None else labels),
-            **extension_labels(wheels),
-        },
-        mirrors=mirrors,
-        ca_bundle=options.ca_bundle,
-        netrc=options.netrc,
-        builder=options.builder,
-        progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
-        no_cache=options.no_cache,
-        cache_from=options.cache_from,
-        cache_to=options.cache_to,
+    return options.request(
+        build_context(rendered, progress=say, wheels=wheels),
+        {**(identity_labels(rendered.identity) if labels is None else labels), **extension_labels(wheels)},
+        plan,
     )
 
 
@@ -312,21 +327,18 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
         log = buildlog.new_log(target) if on_line is not None else None
         if log is not None:
             say(f"log     {log} (the compiler's full output)")
-        engine.current().build(
-            engine.BuildRequest(
-                context_tar=context,
-                labels={},
-                ca_bundle=options.ca_bundle,
-                netrc=options.netrc,
-                builder=options.builder,
-                progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
+        options.engine.build(
+            options.request(
+                context,
+                {},
+                rendered.plan,
                 target=target,
                 output_dir=out_dir,
                 build_args=tuple(build_args),
-                mirrors=options.mirrors_for(rendered.plan),
                 network="host",  # the compile cache is served on the host's loopback
-                no_cache=options.no_cache,
                 on_line=on_line,
+                cache_from=(),  # the image's caches are not a builder stage's
+                cache_to=(),
             ),
             log_path=log,
         )
@@ -378,9 +390,11 @@ def attach_sbom(
     return ref
 
 
-def run_tests(image: str, gpu: bool, say: Say = _say, full: bool = False) -> imagetest.TestReport:
+def run_tests(
+    image: str, gpu: bool, eng: engine.ContainerEngine, say: Say = _say, full: bool = False
+) -> imagetest.TestReport:
     say(f"test    in-image checks on {image[:40]}")
-    report = imagetest.run_checks(image, gpu=gpu, full=full)
+    report = imagetest.run_checks(image, eng, gpu=gpu, full=full)
     say(report.table())
     return report
 
@@ -415,8 +429,7 @@ def run(job: MainJob, say: Say = _say, warn: Say = _warn) -> JobResult:
 def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     plan, reg = job.plan, job.registry
     rendered = render(plan, job.manifests.root)
-    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    local, human_local = rendered.image(), rendered.profile_image()
     client = None
     if reg is not None:
         from mtpimage.publish.registryclient import RegistryClient
@@ -424,33 +437,32 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
         client = RegistryClient(reg)
     say(image_line(local))
     summary["image"] = local
-    local_id = release.local_id(local)
+    local_id = job.build.engine.image_id(local)
     remote = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if client else None
     if reg is None:
         return _steps(job, rendered, client, local_id, remote, summary, say)
     # With a registry, a failed push must leave no new tag anywhere: the local tags this run
     # sets or moves are put back as they were (docs/build-test-publish.md, "Publish only after the tests pass").
-    before = {local: local_id, human_local: release.local_id(human_local)}
+    before = {local: local_id, human_local: job.build.engine.image_id(human_local)}
     try:
         return _steps(job, rendered, client, local_id, remote, summary, say)
     except BaseException:
-        notes = release.restore_local_tags(before)
+        notes = release.restore_local_tags(job.build.engine, before)
         if notes:
             say("rolled back " + "; ".join(notes))
         raise
 
 
 def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> JobResult:
-    plan, reg = job.plan, job.registry
-    local = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-    human_local = f"{IMAGE_REPOSITORY}:{plan.profile}"
+    plan, reg, eng = job.plan, job.registry, job.build.engine
+    local, human_local = rendered.image(), rendered.profile_image()
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (
             remote is not None and client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote
         )
-        if local_id is not None and release.local_id(human_local) != local_id:
-            release.tag(local_id, human_local)
+        if local_id is not None and eng.image_id(human_local) != local_id:
+            eng.tag(local_id, human_local)
         if human_ok:
             where = (
                 "locally" if reg is None else f"locally and in {reg.host}" if local_id else f"in {reg.host}"
@@ -471,14 +483,14 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         state, image_id = UP_TO_DATE, local_id
     else:
         image_id = build_image(plan, rendered, job.build, say)
-        report = run_tests(image_id, job.gpu, say, full=job.full_checks)
+        report = run_tests(image_id, job.gpu, eng, say, full=job.full_checks)
         summary["checks"] = report.summary()
         if not report.ok:
             raise TestsFailed(
                 f"in-image checks failed; no tag was set or moved (image {image_id[:19]} left untagged)"
             )
-        release.tag(image_id, local)
-        release.tag(image_id, human_local)
+        eng.tag(image_id, local)
+        eng.tag(image_id, human_local)
         say(f"tagged  {local} and {human_local}")
         state = BUILT
     if reg is None:
@@ -492,6 +504,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
 
     try:
         digest = release.publish(
+            eng,
             local,
             IMAGE_REPOSITORY,
             rendered.identity,

@@ -25,6 +25,7 @@ from mtpimage.locations import IMAGES_DIR
 from mtpimage.outputs import driver
 from mtpimage.outputs.versionvector import labels, vector_bytes
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
+from mtpimage.settings import local_image
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,13 @@ class Rendered:
     def dockerfile(self) -> str:
         return self.files["Dockerfile"].decode()
 
-    def image(self, repository: str = IMAGE_REPOSITORY) -> str:
-        return f"{repository}:{self.identity}"
+    def image(self) -> str:
+        """The content tag, mtp-verl:<identity>: the one tag a build creates."""
+        return local_image(self.identity)
+
+    def profile_image(self) -> str:
+        """The tag users run, mtp-verl:<profile>: moved to the image once its checks passed."""
+        return local_image(self.plan.profile)
 
     def write(self, out: Path) -> list[Path]:
         out = Path(out)

@@ -1,6 +1,6 @@
 """Per-layer size table after each build, and the optional size budget of a profile.
 
-`after_build(plan, image_id, say)` prints one row per layer of the built image (bytes as
+`after_build(plan, image_id, eng, say)` prints one row per layer of the built image (bytes as
 stored locally, uncompressed, from the engine's layer history: dockerd's for the docker
 engine; for the reproducible engine its OCI layout's, each layer's tar as pushed, so a layer
 that holds only directories still has its row), the total, and the profile's
@@ -62,9 +62,10 @@ def _short(created_by: str, width: int = 64) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def layer_rows(image: str) -> list[LayerRow]:
-    """Layers of `image` that hold bytes, oldest first (metadata-only steps are left out)."""
-    entries = engine.current().history(image)
+def layer_rows(image: str, eng: engine.ContainerEngine) -> list[LayerRow]:
+    """Layers of `image` that hold bytes, oldest first (metadata-only steps are left out), as
+    the engine that built it counts them."""
+    entries = eng.history(image)
     return [LayerRow(i, size, _short(created)) for i, (size, created) in enumerate(entries) if size > 0]
 
 
@@ -92,9 +93,10 @@ def check_budget(profile: str, budget_gb: float | None, total: int) -> str | Non
     return f"size    {human(total)} of the {budget_gb:g} GB budget ({100.0 * total / limit:.0f}%)"
 
 
-def after_build(plan, image_id: str, say=print) -> int:
-    """Print the layer table; enforce the profile's size budget. Returns the total bytes."""
-    rows = layer_rows(image_id)
+def after_build(plan, image_id: str, eng: engine.ContainerEngine, say=print) -> int:
+    """Print the layer table of the image `eng` built; enforce the profile's size budget.
+    Returns the total bytes."""
+    rows = layer_rows(image_id, eng)
     say(table(rows))
     total = sum(r.size for r in rows)
     verdict = check_budget(plan.profile, getattr(plan, "size_budget_gb", None), total)

@@ -6,17 +6,16 @@ stack is and why inline cache: stack.py.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mtpimage import engine
 from mtpimage.build import sizes, stack
 from mtpimage.build.render import Rendered
 from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish import release
 from mtpimage.publish.imageref import Registry
+from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
 
@@ -49,9 +48,9 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
         index_preflight,
     )
 
-    plan = rendered.plan
+    plan, eng = rendered.plan, options.engine
     mirrors = options.mirrors_for(plan)
-    base_preflight(plan, mirrors)
+    base_preflight(plan, eng, mirrors)
     say(f"base    {base_platform(plan, rendered.manifests_root, mirrors).line}")
     index_preflight(plan, mirrors)
     t0 = time.monotonic()
@@ -61,24 +60,13 @@ def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say
     cache_from = tuple(options.cache_from)
     if registry is not None:
         cache_from += (f"type=registry,ref={registry.ref(IMAGE_REPOSITORY, stack.LATEST_STACK_TAG)}",)
-    eng = engine.current()
     say(f"build   {stack.stack_tag(rendered)} (the layers below the mode layer) with {eng.describe()}")
+    labels = {stack.STACK_LABEL: stack.stack_key(rendered), **extension_labels(wheels)}
     image_id = eng.build(
-        engine.BuildRequest(
-            context_tar=context,
-            labels={stack.STACK_LABEL: stack.stack_key(rendered), **extension_labels(wheels)},
-            mirrors=mirrors,
-            ca_bundle=options.ca_bundle,
-            netrc=options.netrc,
-            builder=options.builder,
-            progress=options.progress or ("tty" if sys.stderr.isatty() else "plain"),
-            no_cache=options.no_cache,
-            cache_from=cache_from,
-            cache_to=(stack.INLINE_CACHE,),
-        )
+        options.request(context, labels, plan, cache_from=cache_from, cache_to=(stack.INLINE_CACHE,))
     )
     say(f"built   {image_id[:19]} in {time.monotonic() - t0:.1f}s")
-    sizes.after_build(plan, image_id, say)
+    sizes.after_build(plan, image_id, eng, say)
     return image_id
 
 
@@ -93,20 +81,21 @@ def run(rendered: list[Rendered], options, registry: Registry | None, say: Say =
     for tag, members in group(rendered).items():
         names = tuple(r.plan.profile for r in members)
         say(f"stack   {tag} shared by {len(names)} profile(s): {', '.join(names)}")
-        ref = registry.ref(IMAGE_REPOSITORY, tag) if registry else f"{IMAGE_REPOSITORY}:{tag}"
+        ref = registry.ref(IMAGE_REPOSITORY, tag) if registry else local_image(tag)
         there = client.manifest_digest(IMAGE_REPOSITORY, tag) if client else None
         if there is not None:
             say(f"up to date: {ref} exists in {registry.host}; nothing to build")
             results.append(StackResult(tag, names, "up to date", ref, there))
             continue
         image_id = build_stack(members[0], options, registry, say)
-        release.tag(image_id, ref)
+        eng = options.engine
+        eng.tag(image_id, ref)
         digest = None
         if registry is not None:
-            release.push(ref, say)
+            release.push(eng, ref, say)
             latest = registry.ref(IMAGE_REPOSITORY, stack.LATEST_STACK_TAG)
-            release.tag(image_id, latest)
-            release.push(latest, say)
+            eng.tag(image_id, latest)
+            release.push(eng, latest, say)
             digest = client.manifest_digest(IMAGE_REPOSITORY, tag)
             say(f"pushed  {ref}@{digest} and moved {latest}")
         results.append(StackResult(tag, names, "built", ref, digest))

@@ -149,7 +149,10 @@ def _side(m, ref: str, sets, args=None) -> vectordiff.Side:
     if ref.endswith(".json") and path.is_file():
         return vectordiff.side_from_file(path)
     if vectordiff.looks_like_image(ref):
-        return vectordiff.side_from_vector(ref, vectordiff.vector_from_image(ref), kind="image", image=ref)
+        from mtpimage import engine
+
+        vector = vectordiff.vector_from_image(ref, engine.named())  # read, not built: MTP_ENGINE's
+        return vectordiff.side_from_vector(ref, vector, kind="image", image=ref)
     raise InputError(
         "diff",
         ref,
@@ -204,8 +207,9 @@ def _register_jobs(subparsers, add_common) -> None:
     ):
         p.add_argument(flag, type=kind, help=text)
     p.add_argument("--cache-from", action="append", metavar="SPEC", help="another BuildKit cache source")
-    from mtpimage.commands.image import add_registry_mirror
+    from mtpimage.commands.image import add_engine, add_registry_mirror
 
+    add_engine(p)
     add_registry_mirror(p)
     p.set_defaults(func=cmd_stack, no_cache=False)
 

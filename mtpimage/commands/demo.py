@@ -22,9 +22,7 @@ def _warn(msg: str) -> None:
 
 
 def cmd_demo(args) -> int:
-    from mtpimage import engine
     from mtpimage.demo import run
-    from mtpimage.demo.testbase import DOCKER_ENGINE
 
     for flag, value in (("--manifests", args.manifests), ("--set", args.sets)):
         if value:
@@ -38,8 +36,7 @@ def cmd_demo(args) -> int:
         "demo: lock, check, build, push, pull, test and verify a small profile on loopback stand-ins "
         "(no GPU, no CUDA, no GitHub); everything it makes is removed at the end"
     )
-    with engine.using(DOCKER_ENGINE):  # its tags and pulls are dockerd's; its builds pass --engine
-        report = run.run(args.base, _say, _warn)
+    report = run.run(args.base, _say, _warn)  # its tags and pulls are dockerd's; its builds pass --engine
     width = max(len(s.name) for s in report.steps)
     _say(f"demo passed in {report.seconds:.0f} s:")
     for step in report.steps:

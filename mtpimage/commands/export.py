@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpimage.plan.model import IMAGE_REPOSITORY
-
 
 def cmd_export(args) -> int:
+    from mtpimage import engine
     from mtpimage.build.render import render
     from mtpimage.outputs.enroot import export_enroot
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
-    image = args.image or f"{IMAGE_REPOSITORY}:{render(plan, m.root).identity}"
+    image = args.image or render(plan, m.root).image()
     out = args.out or Path("out") / f"{image.split('/')[-1].replace(':', '+')}.sqsh"
-    sqsh, vector = export_enroot(image, out)
+    sqsh, vector = export_enroot(image, out, engine.named())
     print(
         f"exported {image}\n  squashfs        {sqsh}\n  version vector  {vector}\n"
         f"  use: srun --container-image={sqsh} ..."

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from mtpimage.build.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
 from mtpimage.build.render import render
+from mtpimage.engine import ENGINES
 from mtpimage.errors import InputError
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
-from mtpimage.plan.model import IMAGE_REPOSITORY
-from mtpimage.publish import release
 from mtpimage.publish.imageref import Registry
 
 
@@ -45,10 +44,26 @@ def add_registry_mirror(p: argparse.ArgumentParser, default=None) -> None:
     )
 
 
+ENGINE_HELP = (
+    "what builds: docker (BuildKit, the default) or buildah (bit-for-bit reproducible; "
+    "default: $MTP_ENGINE, else docker)"
+)
+
+
+def add_engine(p: argparse.ArgumentParser, default=None) -> None:
+    """--engine, the same on every command that builds (the main job, test, stack, render
+    --with-sources); build_options() turns it into the engine object the build is given."""
+    p.add_argument("--engine", default=default, choices=list(ENGINES), help=ENGINE_HELP)
+
+
 def build_options(args) -> BuildOptions:
+    """The command's build options, its engine picked here by name (--engine, else
+    MTP_ENGINE, else docker) and passed on in them."""
+    from mtpimage import engine
     from mtpimage.mirrors import Mirrors
 
     return BuildOptions(
+        engine=engine.named(getattr(args, "engine", None)),
         mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)),
         ca_bundle=getattr(args, "ca_bundle", None),
         netrc=getattr(args, "netrc", None),
@@ -132,14 +147,15 @@ def cmd_render(args) -> int:
 def cmd_test(args) -> int:
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    options = build_options(args)
     image = args.image
     if image is None:
         rendered = render(plan, m.root)
-        image = f"{IMAGE_REPOSITORY}:{rendered.identity}"
-        if release.local_id(image) is None:
+        image = rendered.image()
+        if options.engine.image_id(image) is None:
             _say(f"{image} is not built yet: building it (untagged) to test it")
-            image = build_image(plan, rendered, build_options(args), _say)
-    report = run_tests(image, args.gpu, _say, full=args.full_checks)
+            image = build_image(plan, rendered, options, _say)
+    report = run_tests(image, args.gpu, options.engine, _say, full=args.full_checks)
     if not report.ok:
         raise TestsFailed(
             f"in-image checks failed for {image}: "
@@ -174,13 +190,7 @@ def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
         choices=["auto", "plain", "tty"],
         help="BuildKit progress output (default: tty on a terminal, else plain)",
     )
-    p.add_argument(
-        "--engine",
-        default=d,
-        choices=["docker", "buildah"],
-        help="what builds: docker (BuildKit, the default) or buildah (bit-for-bit reproducible; "
-        "default: $MTP_ENGINE, else docker)",
-    )
+    add_engine(p, d)
     p.add_argument(
         "--reproducible",
         dest="engine",
@@ -225,6 +235,7 @@ def register(subparsers, add_common) -> None:
         help="also fetch and write the git sources and patches (src/, patches/): a directory "
         "that `docker build` builds (without it: rendered files only, no network)",
     )
+    add_engine(p)  # --with-sources builds the compiled extensions' wheels it has no cache for
     p.set_defaults(func=cmd_render)
 
     p = subparsers.add_parser("test", help="run the in-image checks of a profile's image in a container")

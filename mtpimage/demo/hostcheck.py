@@ -74,8 +74,7 @@ def check(base: str) -> Host:
     if binary is None:
         problems.append(f"no registry binary ({' or '.join(REGISTRY_BINARIES)}) on PATH")
     docker = buildah = ""
-    with engine.using(DOCKER_ENGINE):
-        eng = engine.current()
+    eng = engine.named(DOCKER_ENGINE)
     try:
         if eng.image_id(base) is None:  # also: is dockerd there (EngineUnreachable otherwise)
             problems.append(f"the local base image {base} is missing")

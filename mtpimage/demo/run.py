@@ -46,9 +46,9 @@ from mtpimage import children, engine, janitor, locations
 from mtpimage.demo import hostcheck, manifests
 from mtpimage.demo.gitserver import serve_git_world
 from mtpimage.demo.registry import private_registry
-from mtpimage.demo.testbase import DEFAULT_BASE_IMAGE, push_base
+from mtpimage.demo.testbase import DEFAULT_BASE_IMAGE, DOCKER_ENGINE, push_base
 from mtpimage.errors import BuilderError, EnvironmentProblem
-from mtpimage.plan.model import IMAGE_REPOSITORY
+from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
 NAMESPACE = "demo"  # where the demo publishes in its registry
@@ -136,6 +136,8 @@ class Demo:
         self.work: Path | None = None
         self.env: dict[str, str] = {}
         self.address = ""  # host:port of the demo's registry
+        # the local tags and pulls are dockerd's; the steps' builds pass --engine themselves
+        self.engine = engine.named(DOCKER_ENGINE)
 
     # ------------------------------------------------------------------ step plumbing
     def _header(self, name: str, what: str) -> float:
@@ -185,8 +187,8 @@ class Demo:
         summary = self._summary(step)
         refs = list(summary.get("references") or [])
         if step == "build" and summary.get("image"):
-            self.built_id = engine.current().image_id(summary["image"])
-            refs = [summary["image"], f"{IMAGE_REPOSITORY}:{manifests.PROFILE}"]
+            self.built_id = self.engine.image_id(summary["image"])
+            refs = [summary["image"], local_image(manifests.PROFILE)]
         for ref in refs:
             if ref not in self.made:
                 self.made.append(ref)
@@ -295,7 +297,7 @@ class Demo:
         """What a cluster does: the image from the registry by digest, with nothing of the
         build left locally (the tags dropped, so the image and its own layers are gone)."""
         started = self._header("pull", "drop the local tags, pull the published image by digest")
-        eng = engine.current()
+        eng = self.engine
         for local in self.build_tags:  # the base stays: verify's rebuild pulls it by digest
             self._untag(local)
         if self.built_id and eng.image_id(self.built_id) is not None:
@@ -318,13 +320,13 @@ class Demo:
     def _untag(self, ref: str) -> bool:
         """Remove a local reference the demo made; the human tag only while it still names
         the demo's image (another run may have moved it since)."""
-        eng = engine.current()
+        eng = self.engine
         found = eng.image_id(ref)
         if found is None:
             return False
         # a human tag (mtp-verl:demo, REGISTRY/demo/mtp-verl:demo) may have been moved by
         # another run since: removed only while it names this run's image
-        human = ref.rsplit("/", 1)[-1] == f"{IMAGE_REPOSITORY}:{manifests.PROFILE}"
+        human = ref.rsplit("/", 1)[-1] == local_image(manifests.PROFILE)
         if human and found != self.built_id:
             return False
         eng.untag(ref)

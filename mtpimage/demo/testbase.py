@@ -6,7 +6,7 @@ be pulled from there). The profiles need Python 3.12 and a base pinned by digest
 unpinned-ref), so this adds a python3.12 link to Debian's python3 (3.11: the stand-ins do
 not mind) and pushes the result to a loopback registry, whose digest is then the pin. A
 debootstrapped image differs per machine, so the digest is made here, never written down.
-Every docker call goes through the engine seam (engine.current()), as the tool's own do.
+Every docker call goes through the engine seam (engine.named(DOCKER_ENGINE)), as the tool's own do.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def _context(source: str) -> bytes:
 def push_base(registry: str, source: str = DEFAULT_BASE_IMAGE) -> PushedBase:
     """Build (BuildKit's cache makes a second run instant) `source` + the python3.12 link,
     push it to `registry` (host:port) and return it with the registry's digest."""
-    with engine.using(DOCKER_ENGINE):  # dockerd holds and pushes it, whatever MTP_ENGINE builds with
-        eng = engine.current()
+    eng = engine.named(DOCKER_ENGINE)  # dockerd holds and pushes it, whatever MTP_ENGINE builds with
     image_id = eng.build(BuildRequest(context_tar=_context(source), labels={}), echo=False)
     reg = Registry.parse(f"{registry}/{BASE_NAMESPACE}")
     pushed = PushedBase(reg.ref(BASE_REPOSITORY), BASE_TAG, "")

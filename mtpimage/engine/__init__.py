@@ -1,25 +1,25 @@
 """The engine seam: every call to a container engine (docker, or buildah for builds) goes
-through the ContainerEngine that `current()` returns; no other module runs the docker CLI,
-imports the Docker SDK or opens the engine's socket (tests/unit/test_imports.py holds to that).
+through a ContainerEngine object; no other module runs the docker CLI, imports the Docker SDK
+or opens the engine's socket (tests/unit/test_imports.py holds to that).
 
     containerengine.py  the interface (build, inspect, tag, push, pull, run, copy out, remove),
                         its requests, results and errors, and the rules written once on top
                         (a missing image is pulled only from the registry it names)
     dockerengine.py     the Docker engine, through the docker CLI
     buildahengine.py    the reproducible engine: buildah builds bit for bit, dockerd runs
+    buildstream.py      a build CLI's run with the context on stdin, its output read line by line
     ocilayout.py        its image form: a normalised OCI layout (and `docker load`'s tar)
     dockersocket.py     the fast path's one stdlib-only question on the engine's socket
 
-Which engine builds: `--engine NAME` (or `--reproducible`) for one command, else
-MTP_ENGINE (settings.py), else docker. The flag is scoped with `using(name)` around the
-command, so every module below keeps asking `current()`.
+Which engine builds is picked by name once, where the command line is read: `named(flag)`
+with the command's `--engine` (or `--reproducible`), else MTP_ENGINE (settings.py), else
+docker. The object is then passed on (in BuildOptions, or as an argument), as repo2docker
+picks its engine by name and hands the object to the build, and cibuildwheel carries its
+container engine inside its build options: no module below asks an ambient "current" engine,
+so what a function builds with is in its signature.
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
-from collections.abc import Iterator
 
 from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, imported from here by its users
     BuildFailed,
@@ -33,33 +33,23 @@ from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, 
 )
 
 ENGINES = ("docker", "buildah")
-_chosen: contextvars.ContextVar[str | None] = contextvars.ContextVar("mtp_engine", default=None)
 
 
-def name() -> str:
-    """The engine this run builds with: the command's --engine, else MTP_ENGINE, else docker."""
+def name(flag: str | None = None) -> str:
+    """The engine's name: `flag` (a command's --engine), else MTP_ENGINE, else docker."""
     from mtpimage import settings
     from mtpimage.errors import InputError
 
-    chosen = _chosen.get() or settings.current().engine
+    chosen = flag or settings.current().engine
     if chosen not in ENGINES:
         raise InputError("MTP_ENGINE", chosen, "unknown engine", f"use one of: {', '.join(ENGINES)}")
     return chosen
 
 
-@contextlib.contextmanager
-def using(chosen: str | None) -> Iterator[None]:
-    """Within this block, current() is `chosen` (None: as the environment says)."""
-    token = _chosen.set(chosen)
-    try:
-        yield
-    finally:
-        _chosen.reset(token)
-
-
-def current() -> ContainerEngine:
-    """The engine this run uses (see name())."""
-    if name() == "buildah":
+def named(flag: str | None = None) -> ContainerEngine:
+    """The engine called name(flag). Each module is imported only when chosen: a docker run
+    never loads buildah's."""
+    if name(flag) == "buildah":
         from mtpimage.engine.buildahengine import BuildahEngine
 
         return BuildahEngine()

@@ -22,10 +22,14 @@ named so in the unpacked context's FROM only (buildah records nothing of the nam
 digest FROM either reference, measured with a one-step Dockerfile).
 The normalised layout is kept in the cache (`$MTP_CACHE_DIR/oci/<image id>`) and loaded into
 dockerd untagged, so the in-image checks, tags, history and labels are the Docker engine's
-(this class inherits them); a push uploads exactly the layout's bytes through the registry
+(this class hands them to its DockerEngine); a push uploads exactly the layout's bytes through the registry
 API, so the registry's digest is the layout's. A compiled extension's builder stage
 (`output_dir`) runs on the Docker engine: its wheel is cached and installed by sha256, and
 that wheel, not its build, is what the image's bytes depend on.
+This engine implements the seam's interface itself (containerengine.ContainerEngine) and
+holds a DockerEngine for what dockerd does here (load, run, tag, inspect, pull): it is not a
+kind of Docker engine, it uses one, and it shares the build CLI's streaming (buildstream.py)
+rather than reaching into dockerengine.py's internals.
 """
 
 from __future__ import annotations
@@ -37,23 +41,27 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
 from mtpimage.engine import ocilayout
+from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
     BuildRequest,
+    ContainerEngine,
     PushFailed,
+    RunResult,
     base_images,
     build_options,
     mirrored_bases,
     mirrored_dockerfile,
     secret_files,
 )
-from mtpimage.engine.dockerengine import DockerEngine, _stream_build
+from mtpimage.engine.dockerengine import DockerEngine, candidates
 from mtpimage.errors import EnvironmentProblem, InputError
 
 # What makes a build reproducible; docs/reproducible-builds-and-verify.md explains each.
@@ -172,10 +180,16 @@ def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
     )
 
 
-class BuildahEngine(DockerEngine):
+class BuildahEngine(ContainerEngine):
     """Builds with buildah (bit-for-bit), runs, tags and inspects with dockerd."""
 
     name = "buildah"
+    # the base is pulled by its digest into each clean builder: no local base is needed, and a
+    # pull that fails says why itself (_pull_base)
+    needs_local_base = False
+
+    def __init__(self, docker: DockerEngine | None = None):
+        self.docker = docker or DockerEngine()  # dockerd: where the built image is loaded and run
 
     def describe(self) -> str:
         cli, version = buildah_cli()
@@ -190,7 +204,7 @@ class BuildahEngine(DockerEngine):
 
     def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
         if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
-            return super().build(req, log_path, echo)
+            return self.docker.build(req, log_path, echo)
         with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
             janitor.guard(Path(tmp))
             layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
@@ -238,7 +252,7 @@ class BuildahEngine(DockerEngine):
             own_log = log_path is None  # the tool's own log of this build: kept only when it fails
             log_path = log_path or buildlog.new_log(req.target or "image")
             with secret_files(req) as secrets:
-                code, tail = _stream_build(
+                code, tail = stream_build(
                     store.argv("bud", *self._bud_argv(req, iidfile, secrets), str(ctx)),
                     dict(os.environ),
                     b"",
@@ -285,10 +299,8 @@ class BuildahEngine(DockerEngine):
 
     def _load(self, layout: ocilayout.Layout) -> None:
         """Hand the image to dockerd, untagged (its ID there is the layout's config digest)."""
-        if super().image_id(layout.image_id) == layout.image_id:
+        if self.docker.image_id(layout.image_id) == layout.image_id:
             return
-        from mtpimage.engine.dockerengine import candidates
-
         with children.spawn(
             [candidates()[0], "load", "--quiet"],
             stdin=subprocess.PIPE,
@@ -303,7 +315,7 @@ class BuildahEngine(DockerEngine):
                 raise EnvironmentProblem(
                     f"docker load of {layout.image_id[:19]} failed: {err.strip()[-300:]}"
                 )
-        if super().image_id(layout.image_id) != layout.image_id:
+        if self.docker.image_id(layout.image_id) != layout.image_id:
             raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
 
     def history(self, ref: str) -> list[tuple[int, str]]:
@@ -311,9 +323,9 @@ class BuildahEngine(DockerEngine):
         its uncompressed tar's, as pushed (dockerd counts file contents only, so a layer of
         directories alone, such as the `os` layer where apt had nothing to do, showed as 0 and
         lost its row); metadata entries 0."""
-        found = DockerEngine.image_id(self, ref)
+        found = self.docker.image_id(ref)
         if found is None or not self.layout_of(found).is_dir():
-            return super().history(ref)
+            return self.docker.history(ref)
         layout = ocilayout.read(self.layout_of(found))
         sizes = iter(d["size"] for d in layout.manifest["layers"])
         return [
@@ -324,7 +336,7 @@ class BuildahEngine(DockerEngine):
     def image_id(self, ref: str) -> str | None:
         """A local image counts only when this engine built it (its normalised layout is kept):
         an image of the same identity built by the Docker engine is not bit-for-bit this one."""
-        found = super().image_id(ref)
+        found = self.docker.image_id(ref)
         return found if found and self.layout_of(found).is_dir() else None
 
     def push(self, ref: str) -> None:
@@ -333,7 +345,7 @@ class BuildahEngine(DockerEngine):
         from mtpimage.publish.imageref import ImageRef, Registry
         from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable
 
-        found = super().image_id(ref)
+        found = self.docker.image_id(ref)
         if found is None or not self.layout_of(found).is_dir():
             raise PushFailed(
                 ref,
@@ -355,6 +367,37 @@ class BuildahEngine(DockerEngine):
             raise PushFailed(ref, str(exc), True, "push") from None
         except RegistryHTTPError as exc:
             raise PushFailed(ref, str(exc), exc.status >= 500 or exc.status == 429, "push") from None
+
+    # -- what dockerd does for this engine: the image is loaded there untagged (_load)
+    def labels(self, ref: str) -> dict[str, str]:
+        return self.docker.labels(ref)
+
+    def rootfs(self, ref: str) -> tuple[list[str], list[str]] | None:
+        return self.docker.rootfs(ref)
+
+    def tag(self, src: str, ref: str) -> None:
+        self.docker.tag(src, ref)
+
+    def untag(self, ref: str) -> None:
+        self.docker.untag(ref)
+
+    def pull(self, ref: str) -> None:
+        self.docker.pull(ref)
+
+    def run(self, image: str, command: list[str], gpu: bool = False, timeout: float = 900) -> RunResult:
+        return self.docker.run(image, command, gpu=gpu, timeout=timeout)
+
+    def create(self, image: str, command: list[str]) -> str:
+        return self.docker.create(image, command)
+
+    def copy_out(self, container: str, path: str) -> bytes | None:
+        return self.docker.copy_out(container, path)
+
+    def export(self, container: str) -> Iterator[bytes]:
+        return self.docker.export(container)
+
+    def remove(self, container: str) -> None:
+        self.docker.remove(container)
 
 
 if __name__ == "__main__":  # `python -m mtpimage.engine.buildahengine remove-root PATH`: the janitor's

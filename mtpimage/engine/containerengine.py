@@ -1,14 +1,15 @@
 """What a container engine must do for the tool: the ContainerEngine interface, its requests,
-results and errors (engine/__init__.py's `current()` hands out the one this run uses).
+results and errors (engine/__init__.py's `named()` picks one by name; callers pass it on).
 
 Like repo2docker's ContainerEngine, the interface names what the tool needs from an engine
 (build, inspect, tag, push, pull, run, copy out, remove) and nothing of how an engine is
 reached. Two implement it: DockerEngine (dockerengine.py, the default: the docker CLI for all
 of it, since BuildKit builds must go through a CLI, see there) and BuildahEngine
-(buildahengine.py, `--engine buildah`/`--reproducible`), which subclasses DockerEngine and
-overrides describe, build, push, history and image_id: buildah builds bit for bit (a compiled
-extension's builder stage stays the Docker engine's), the image is loaded into dockerd
-untagged, and running, tagging and inspecting it stay the Docker engine's.
+(buildahengine.py, `--engine buildah`/`--reproducible`), which implements this interface on
+its own and holds a DockerEngine: buildah builds bit for bit (a compiled extension's builder
+stage stays the Docker engine's), the image is loaded into dockerd untagged, and running,
+tagging and inspecting it are handed to that Docker engine. Neither engine inherits the
+other: what they share is here or in buildstream.py.
 
 The rule that a missing image is pulled only from a registry its reference names, never
 looked up on docker.io, is written once here (`ensure_local`) on top of the primitives.
@@ -27,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
 from mtpimage.mirrors import INDEX_SECRET, REGISTRY_SETTING, BuildMirrors, RegistryMirror
@@ -114,7 +116,10 @@ class ContainerEngine(ABC):
     "not reachable" error (an EnvironmentProblem, exit 3) from every call: "no such image"
     must never be concluded from an engine that is not there."""
 
-    name = "docker"  # engine.ENGINES: what --engine calls it
+    name: ClassVar[str]  # engine.ENGINES: what --engine calls it
+    # Whether a build needs its base in the local engine (or its registry reachable) before it
+    # starts: the pipeline's base preflight says so in one line before anything is built.
+    needs_local_base: ClassVar[bool] = True
 
     # -- build
     @abstractmethod

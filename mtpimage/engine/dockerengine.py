@@ -21,17 +21,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mtpimage import children, janitor, mirrors, settings
+from mtpimage import children, janitor, settings
 from mtpimage.build import buildlog
+from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
     BuildRequest,
@@ -265,56 +264,6 @@ def cache_argv(kit: BuildKitCLI, req: BuildRequest) -> list[str]:
     return argv
 
 
-def _stream_build(
-    argv: list[str], env: dict, context, log_path: Path | None, echo: bool, watch=None, on_line=None
-) -> tuple:
-    """Run the build with the context on stdin (bytes, or an iterable of chunks), echoing its
-    output; (returncode, last lines). `watch` (a buildlog.Watcher) reads every line: pip's
-    refusals span more than the tail. Every line is redacted first (mirrors.redact): a
-    mirror's token in a URL pip prints reaches neither the terminal nor the log."""
-    log = open(log_path, "wb") if log_path else None
-    proc = None
-    try:
-        proc = children.spawn(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-        )
-
-        def feed():
-            try:
-                for chunk in [context] if isinstance(context, bytes | bytearray) else context:
-                    proc.stdin.write(chunk)
-                proc.stdin.close()
-            except OSError:  # the build ended before it read it all (interrupted): its status says why
-                pass
-
-        # fed from a thread: a context larger than the pipe would block before any output is read
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        tail: list[str] = []
-        for raw in proc.stdout:
-            line = mirrors.redact(_text(raw))
-            if log:
-                log.write(line.encode())
-            tail = (tail + [line.rstrip()])[-25:]
-            if watch is not None:
-                watch.feed(line)
-            if on_line is not None:
-                on_line(line)
-            if echo:
-                sys.stderr.write(line)
-                sys.stderr.flush()
-        proc.wait()
-        feeder.join(timeout=5)
-    except BaseException:
-        if proc is not None:
-            children.end(proc)  # interrupted: the build must not outlive the tool (a SIGTERM reaches only us)
-        raise
-    finally:
-        if log:
-            log.close()
-    return proc.returncode, tail
-
-
 def replaced_member(context: bytes, name: str, data: bytes) -> Iterator[bytes]:
     """The tar `context` with member `name`'s bytes replaced by `data`, as chunks: every other
     member is passed on as a view of the original (a real stack's context is gigabytes of
@@ -340,6 +289,9 @@ def _padded(size: int) -> int:
 
 # ----------------------------------------------------------------------------- the engine
 class DockerEngine(ContainerEngine):
+    name = "docker"
+    needs_local_base = True  # BuildKit builds FROM the local engine's images, pulling what is missing
+
     def describe(self) -> str:
         return detect().describe()
 
@@ -357,7 +309,7 @@ class DockerEngine(ContainerEngine):
             janitor.guard(Path(tmp))  # a killed tool's `docker build` ends, and this goes, at once
             iidfile = Path(tmp) / "iid"
             watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
-            code, tail = _stream_build(
+            code, tail = stream_build(
                 build_argv(kit, req, iidfile, secrets),
                 env,
                 context,

@@ -199,10 +199,14 @@ def rendered(plan: Plan, stage: BuilderStage, text: str, recipe: str) -> Builder
     return dataclasses.replace(stage, text=text, recipe=recipe, key_inputs=inputs, key=key_of(inputs))
 
 
-def _torch(plan: Plan) -> dict:
-    row = next((r for r in plan.locked if canonical(r.name) == "torch"), None)
+def _against(plan: Plan) -> dict:
+    """The pin of what the extensions are built against (builds.against: torch by default), by
+    its locked file where the plan is locked."""
+    want = canonical(plan.builds_against)
+    row = next((r for r in plan.locked if canonical(r.name) == want), None)
     if row is None:
-        return {"version": next((p.version for p in plan.packages if p.name == "torch"), None)}
+        wanted = (p.version for p in plan.packages if p.name == plan.builds_against)
+        return {"version": next(wanted, None)}
     return {"version": row.version, "file": row.file, "sha256": row.sha256}
 
 
@@ -213,7 +217,8 @@ def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
         "name": canonical(pkg.name),
         "version": pkg.version,
         "source": source_pin(pkg),
-        "torch": _torch(plan),
+        # named "torch" in every key since the first: renaming it would move every wheel's key
+        "torch": _against(plan),
         "cuda": plan.cuda,
         "python": plan.python,
         "base": plan.base_digest or plan.base_image,

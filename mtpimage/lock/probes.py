@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mtpimage import children
 from mtpimage.lock import sources
-from mtpimage.lock.probetable import probe_specs
+from mtpimage.lock.probetable import component_of, probe_specs
 from mtpimage.lock.sources import SourceSet
 from mtpimage.manifests import rules as rules_mod
 from mtpimage.manifests.rules import FAIL, NA, PASS, UNKNOWN, Verdict
@@ -39,7 +39,9 @@ MIMO_BRIDGE = _MIMO["file"]
 
 # A probe of the source alone (no in-image counterpart: what it reads is the version the source
 # builds, which the in-image `versions` check already compares).
-SOURCE_ONLY_RULES = ("mtp-context-parallel",)
+# Each with the component whose source it reads: the Megatron source, as the recompute probe's.
+SOURCE_ONLY = {"mtp-context-parallel": _RECOMPUTE["component"]}
+SOURCE_ONLY_RULES = tuple(SOURCE_ONLY)
 PROBED_RULES = tuple(spec["rule"] for spec in _SPECS.values()) + SOURCE_ONLY_RULES
 
 
@@ -444,7 +446,7 @@ def probe_plan(
         out["patches-apply"] = patches
 
     base = applies("recompute-padding-mask")
-    mc = plan.component("megatron-lm")
+    mc = component_of(plan, "recompute-padding-mask")
     if base is not None and mc is not None:
         tree = ss.tree(mc)
         out["recompute-padding-mask"] = (
@@ -452,29 +454,31 @@ def probe_plan(
         )
 
     base = applies("mbridge-mcore-017")
-    mb = plan.component("mbridge")
+    mb = component_of(plan, "mbridge-mcore-017")
     if base is not None and mb is not None:
         tree = ss.tree(mb)
         if tree is None:
             out["mbridge-mcore-017"] = unavailable(mb, base)
         else:
-            mtree = ss.tree(mc) if mc is not None else None
+            used = plan.component(_MBRIDGE["uses_in"])  # the Megatron whose ModelType it uses
+            mtree = ss.tree(used) if used is not None else None
             out["mbridge-mcore-017"] = mbridge_modeltype(
                 tree, mb.package, mtree, rules_mod.megatron_version(plan, f)
             )
 
     base = applies("sglang-rollout-fix")
-    sg = plan.component("sglang")
+    sg = component_of(plan, "sglang-ipc-unwrap")
     if base is not None and sg is not None:
         out["sglang-rollout-fix"] = _probe_sglang(plan, sg, ss, root)
 
     base = applies("mtp-context-parallel")
-    if base is not None and mc is not None:
-        tree = ss.tree(mc)
-        out["mtp-context-parallel"] = mtp_cp(tree, f) if tree is not None else unavailable(mc, base)
+    mcp = plan.component(SOURCE_ONLY["mtp-context-parallel"])
+    if base is not None and mcp is not None:
+        tree = ss.tree(mcp)
+        out["mtp-context-parallel"] = mtp_cp(tree, f) if tree is not None else unavailable(mcp, base)
 
     base = applies("mimo-needs-bridge-2387")
-    br = plan.component("megatron-bridge")
+    br = component_of(plan, "mimo-needs-bridge-2387")
     if base is not None and br is not None:
         tree = ss.tree(br)
         out["mimo-needs-bridge-2387"] = bridge_mimo(tree) if tree is not None else unavailable(br, base)

@@ -25,3 +25,9 @@ def probe_specs() -> dict[str, dict]:
 
 def spec(pid: str) -> dict:
     return probe_specs()[pid]
+
+
+def component_of(plan, pid: str):
+    """The plan's component whose code probe `pid` reads (its `component` in probes.yaml), or
+    None when the plan has none of that name: the file names it, no caller does."""
+    return plan.component(spec(pid)["component"])

@@ -43,6 +43,18 @@ def load_schema(kind: str) -> dict:
     return schema
 
 
+def default(kind: str, *path: str) -> Any:
+    """The schema's default at `path` ("builds", "against"; a `$defs` entry first: "$defs",
+    "component", "index"), a fresh copy: the schema owns every default, and code that reads a
+    field an unvalidated document may lack falls back to this, not to a second literal."""
+    node = load_schema(kind)
+    if path and path[0] == "$defs":
+        node, path = node["$defs"][path[1]], path[2:]
+    for key in path:
+        node = node["properties"][key]
+    return copy.deepcopy(node["default"])
+
+
 def _drop_required(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: _drop_required(v) for k, v in node.items() if k != "required"}

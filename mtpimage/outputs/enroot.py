@@ -24,10 +24,10 @@ def _need(tool: str) -> str:
     return path
 
 
-def export_enroot(image: str, out: Path) -> tuple[Path, Path]:
-    """Write OUT (squashfs) and OUT.version.json; return both paths."""
+def export_enroot(image: str, out: Path, eng: engine.ContainerEngine) -> tuple[Path, Path]:
+    """Write OUT (squashfs) and OUT.version.json from `image` in the engine `eng`; return both
+    paths."""
     mksquashfs, tar = _need("mksquashfs"), _need("tar")
-    eng = engine.current()
     if eng.image_id(image) is None:
         raise InputError(
             "--image", image, "image not found locally", "build it first: python build.py --profile NAME"

@@ -328,13 +328,10 @@ def looks_like_image(ref: str) -> bool:
     return any(ch in ref for ch in ":/@")
 
 
-def vector_from_image(ref: str, eng=None) -> dict:
-    """The version vector inside a local (or pullable) image, read without running it:
-    the label names the file (or holds the JSON); the file is copied out of a created,
-    never started container. `eng`: the engine (default: engine.current())."""
-    from mtpimage import engine
-
-    eng = eng or engine.current()
+def vector_from_image(ref: str, eng) -> dict:
+    """The version vector inside a local (or pullable) image of the engine `eng` (a
+    ContainerEngine), read without running it: the label names the file (or holds the JSON);
+    the file is copied out of a created, never started container."""
     eng.ensure_local(ref, flag=None)  # a bare name is never looked up on docker.io
     value = eng.labels(ref).get(LABEL_VERSION_VECTOR, DEFAULT_VECTOR_PATH)
     if value.lstrip().startswith("{"):

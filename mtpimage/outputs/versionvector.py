@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING
 
 from mtpimage import __version__, children
-from mtpimage.lock.probetable import probe_specs
+from mtpimage.lock.probetable import component_of, probe_specs
 from mtpimage.manifests import modes
 from mtpimage.manifests.modes import verl_facts
 from mtpimage.plan.model import Plan
@@ -36,18 +36,18 @@ def probes_for(plan: Plan) -> list[str]:
     if (
         rc.get("granularity") == "full"
         and modes.get(plan.mode).trains_mtp
-        and plan.component("megatron-lm") is not None
+        and component_of(plan, "recompute-padding-mask") is not None
     ):
         out.append("recompute-padding-mask")
-    sg = plan.component("sglang")
+    sg = component_of(plan, "sglang-ipc-unwrap")
     if sg is not None and f["sglang"]["fix_patch_provides"] in sg.provides():
         out.append("sglang-ipc-unwrap")
-    if plan.component("mbridge") is not None and plan.engine_dict().get("bridge") == "mbridge":
+    if component_of(plan, "mbridge-mcore-017") is not None and plan.engine_dict().get("bridge") == "mbridge":
         out.append("mbridge-mcore-017")
     if (
         "mimo" in plan.models
         and plan.engine_dict().get("bridge") == "megatron-bridge"
-        and plan.component("megatron-bridge") is not None
+        and component_of(plan, "mimo-needs-bridge-2387") is not None
     ):
         out.append("mimo-needs-bridge-2387")
     return out

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from mtpimage.manifests import schema
 from mtpimage.manifests.manifest import Manifests, ResolvedProfile
 from mtpimage.manifests.modes import mode_overrides, verl_facts
 from mtpimage.settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
@@ -202,14 +203,17 @@ class Plan:
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
     cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
-    builds_against: str = "torch"  # builds.against: builder stages start after its layer
+    # builds.against: builder stages start after its layer (the schema's default: torch)
+    builds_against: str = field(default_factory=lambda: schema.default(COMPONENTS, "builds", "against"))
     builder_os_packages: tuple[str, ...] = ()  # builds.os_packages (builder stages only)
     # platform.os_remove: (package, why) of the base's packages the os layer removes
     os_remove: tuple[tuple[str, str], ...] = ()
     # lock.yaml's platform manifest of this base (None: not recorded, or a substituted base)
     base_platform: BasePlatform | None = None
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
-    ext_max_jobs: int = field(default=2, compare=False)
+    ext_max_jobs: int = field(
+        default_factory=lambda: schema.default(COMPONENTS, "builds", "max_jobs"), compare=False
+    )
     # resolution.routes' links (package, link): evidence shown to people by check and explain,
     # not what is built: outside the digest
     route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
@@ -370,6 +374,14 @@ def _extension_build(b: dict | None) -> ExtensionBuild | None:
     )
 
 
+COMPONENTS = "components"  # the catalogue's schema (mtpimage/schemas/components.v1.json)
+
+
+def _builds(cat: dict, key: str):
+    """builds.<key> of the catalogue, else the schema's default for it."""
+    return (cat.get("builds") or {}).get(key, schema.default(COMPONENTS, "builds", key))
+
+
 def _component(name: str, c: dict) -> Component:
     """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
     return Component(
@@ -381,15 +393,15 @@ def _component(name: str, c: dict) -> Component:
         ref=c.get("ref"),
         commit=c.get("commit"),
         version=c.get("version"),
-        index=c.get("index", "pypi"),
-        subdir=c.get("subdir", "."),
+        index=c.get("index", schema.default(COMPONENTS, "$defs", "component", "index")),
+        subdir=c.get("subdir", schema.default(COMPONENTS, "$defs", "component", "subdir")),
         extras=tuple(c.get("extras", [])),
         patches=tuple(
             Patch(
                 p.get("file"),
                 p["sha256"],
                 p["url"],
-                p.get("strip", 1),
+                p.get("strip", schema.default(COMPONENTS, "$defs", "patch", "strip")),
                 tuple(p.get("provides", [])),
                 p.get("repo"),
                 p.get("base"),
@@ -418,7 +430,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         Package(
             name=name,
             version=p["version"],
-            index=p.get("index", "pypi"),
+            index=p.get("index", schema.default(COMPONENTS, "$defs", "package", "index")),
             layer=p["layer"],
             extras=tuple(p.get("extras", [])),
             requires_dist=tuple(p["requires_dist"]["requires"]) if p.get("requires_dist") else None,
@@ -474,17 +486,13 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             (e["package"], " ".join(e["why"].split()))
             for e in (cat.get("resolution") or {}).get("sdists", [])
         ),
-        cuda_archs=tuple((cat.get("builds") or {}).get("cuda_archs", ["90"]))
-        if any(p.build for p in packages)
-        else (),
+        cuda_archs=tuple(_builds(cat, "cuda_archs")) if any(p.build for p in packages) else (),
         routes=tuple(
             (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
             for r in (cat.get("resolution") or {}).get("routes", [])
         ),
         route_links=tuple((r["package"], r["link"]) for r in (cat.get("resolution") or {}).get("routes", [])),
-        ext_max_jobs=(cat.get("builds") or {}).get("max_jobs", 2),
-        builds_against=(cat.get("builds") or {}).get("against", "torch"),
-        builder_os_packages=tuple((cat.get("builds") or {}).get("os_packages", ["ccache"]))
-        if any(p.build for p in packages)
-        else (),
+        ext_max_jobs=_builds(cat, "max_jobs"),
+        builds_against=_builds(cat, "against"),
+        builder_os_packages=tuple(_builds(cat, "os_packages")) if any(p.build for p in packages) else (),
     )

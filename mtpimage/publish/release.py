@@ -27,32 +27,26 @@ PushFailed = engine.PushFailed  # raised by the engine; its `transient` decides 
 
 
 # ----------------------------------------------------------------------------- local tags
-def local_id(ref: str) -> str | None:
-    """The image id `ref` names in the local engine, or None."""
-    return engine.current().image_id(ref)
+def local_tags(eng: engine.ContainerEngine, refs) -> dict[str, str | None]:
+    """{ref: the image ID it names in the local engine, or None}: what restore_local_tags puts
+    back should the run fail."""
+    return {ref: eng.image_id(ref) for ref in refs}
 
 
-def tag(src: str, ref: str) -> None:
-    engine.current().tag(src, ref)
-
-
-def untag(ref: str) -> None:
-    engine.current().untag(ref)
-
-
-def restore_local_tags(before: dict[str, str | None]) -> list[str]:
-    """Put each local tag back on the image it named before (None: remove it). Best effort:
-    returns what was done, one note per tag, and never raises (the original error matters)."""
+def restore_local_tags(eng: engine.ContainerEngine, before: dict[str, str | None]) -> list[str]:
+    """Put each local tag back on the image it named before (None: remove it): the one roll-back
+    of local tags, for the main job and for publish. Best effort: returns what was done, one
+    note per tag, and never raises (the original error matters)."""
     notes = []
     for ref, prev in before.items():
         try:
-            if local_id(ref) == prev:
+            if eng.image_id(ref) == prev:
                 continue
             if prev is None:
-                untag(ref)
+                eng.untag(ref)
                 notes.append(f"removed the new local tag {ref}")
             else:
-                tag(prev, ref)
+                eng.tag(prev, ref)
                 notes.append(f"{ref} points at {prev[:19]} again")
         except Exception:  # noqa: BLE001 - best effort; the original error matters
             notes.append(f"could not restore {ref}")
@@ -60,11 +54,10 @@ def restore_local_tags(before: dict[str, str | None]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- push
-def push(ref: str, say: Say = print) -> None:
+def push(eng: engine.ContainerEngine, ref: str, say: Say = print) -> None:
     """The engine's push, retried under the network policy while the failure is transient."""
     say(f"push    {ref}")
     attempts = netpolicy.attempts()
-    eng = engine.current()
 
     def once() -> None:
         eng.push(ref)
@@ -80,6 +73,7 @@ def push(ref: str, say: Say = print) -> None:
 
 
 def publish(
+    eng: engine.ContainerEngine,
     local: str,
     repository: str,
     identity: str,
@@ -98,28 +92,24 @@ def publish(
     content = reg.ref(repository, identity)
     human = reg.ref(repository, profile)
     had_content = client.manifest_digest(repository, identity)
-    prev_local = {ref: local_id(ref) for ref in (content, human)}
+    prev_local = local_tags(eng, (content, human))
     try:
-        tag(local, content)
+        eng.tag(local, content)
         if had_content is None:
-            push(content, say)
+            push(eng, content, say)
         digest = client.manifest_digest(repository, identity)
         if digest is None:
             raise EnvironmentProblem(f"pushed {content} but the registry does not list it")
         if before_move is not None:
             before_move(digest)
         if client.manifest_digest(repository, profile) != digest:
-            tag(local, human)
-            push(human, say)
+            eng.tag(local, human)
+            push(eng, human, say)
             if client.manifest_digest(repository, profile) != digest:
                 raise EnvironmentProblem(f"{human} does not point at {digest} after the push")
         return digest
     except BaseException:
-        for ref, prev in prev_local.items():
-            if prev is None:
-                untag(ref)
-            else:
-                tag(prev, ref)
+        restore_local_tags(eng, prev_local)
         if had_content is None:
             try:
                 digest = client.manifest_digest(repository, identity)

@@ -299,7 +299,6 @@ def test_check_never_says_verified_where_the_registry_does_not_answer(reg, tmp_p
 
 
 def test_a_build_refuses_the_changed_platform_manifest_before_the_engine_runs(reg, tmp_path, monkeypatch):
-    from mtpimage import engine
     from mtpimage.build.render import render
 
     index, amd, arm = _multi(reg)
@@ -310,6 +309,7 @@ def test_a_build_refuses_the_changed_platform_manifest_before_the_engine_runs(re
 
     class Engine:
         name = "buildah"
+        needs_local_base = False
 
         def build(self, request):
             built.append(request)
@@ -318,17 +318,16 @@ def test_a_build_refuses_the_changed_platform_manifest_before_the_engine_runs(re
         def describe(self):
             return "fake"
 
-    monkeypatch.setattr(engine, "current", lambda: Engine())
     monkeypatch.setattr(pipeline, "build_request", lambda *a, **k: built.append("request") or object())
     said = []
     with pytest.raises(InputError, match="base_image.platform_digest"):
-        pipeline.build_image(plan, render(plan, root), pipeline.BuildOptions(), said.append)
+        pipeline.build_image(plan, render(plan, root), pipeline.BuildOptions(engine=Engine()), said.append)
     assert built == [] and said == []
     fixed = (root / "lock.yaml").read_text().replace(f"platform_digest: {arm}", f"platform_digest: {amd}")
     (root / "lock.yaml").write_text(fixed)
     monkeypatch.setattr(pipeline.sizes, "after_build", lambda *a: None)
     plan = plan_for(manifest.load(root), "mtp-load-only", None)
-    pipeline.build_image(plan, render(plan, root), pipeline.BuildOptions(), said.append)
+    pipeline.build_image(plan, render(plan, root), pipeline.BuildOptions(engine=Engine()), said.append)
     assert said[0] == (
         f"base    {HOST}/nvidia/cuda:13.0.2-devel-ubuntu24.04@{index[:19]}: linux/amd64 manifest {amd} (index): verified in "
         f"registry {HOST}, as {root / 'lock.yaml'} records"

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage import engine
 from mtpimage.build import checkreuse, imagetest
 from mtpimage.build.render import IMAGES_DIR
 
@@ -123,7 +122,6 @@ def host(tmp_path, monkeypatch):
     vector.write_text(json.dumps({**VECTOR, "packages": [{"name": "pip", "version": _pip()}]}))
     fake = FakeEngine(vector)
     fake.images = {"detach": _mode("test-detach"), "recompute": _mode("test-cp-recompute")}
-    monkeypatch.setattr(engine, "current", lambda: fake)
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     return fake
 
@@ -139,10 +137,10 @@ def _by_id(report):
 
 
 def test_a_mode_layer_change_reuses_what_the_lower_layers_proved(host, tmp_path):
-    first = imagetest.run_checks("detach")
+    first = imagetest.run_checks("detach", host)
     assert first.ok and _by_id(first)["versions"]["status"] == "pass"
     assert list((tmp_path / "cache" / "checks").glob("*.json"))  # in the tool's cache root
-    second = imagetest.run_checks("recompute")
+    second = imagetest.run_checks("recompute", host)
     versions = _by_id(second)["versions"]
     assert versions["status"] == "reused" and versions["was"] == "pass"
     assert versions["proved_by"] == host.image_id("detach")
@@ -155,24 +153,24 @@ def test_a_mode_layer_change_reuses_what_the_lower_layers_proved(host, tmp_path)
 
 
 def test_full_checks_run_everything_and_an_other_lower_layer_reuses_nothing(host):
-    imagetest.run_checks("detach")
-    full = imagetest.run_checks("recompute", full=True)
+    imagetest.run_checks("detach", host)
+    full = imagetest.run_checks("recompute", host, full=True)
     assert "--reuse" not in host.commands[-1]
     assert _by_id(full)["versions"]["status"] == "pass"
     layers, env, history = _mode("test-rollout")
     host.images["other"] = (["sha256:" + "9" * 64, *layers[1:]], env, history)
-    assert _by_id(imagetest.run_checks("other"))["versions"]["status"] == "pass"
+    assert _by_id(imagetest.run_checks("other", host))["versions"]["status"] == "pass"
 
 
 def test_a_failed_group_is_not_recorded(host, tmp_path):
     host.vector_path.write_text(json.dumps({**VECTOR, "packages": [{"name": "pip", "version": "0.0.1"}]}))
-    assert _by_id(imagetest.run_checks("detach"))["versions"]["status"] == "fail"
-    assert _by_id(imagetest.run_checks("recompute"))["versions"]["status"] == "fail"
+    assert _by_id(imagetest.run_checks("detach", host))["versions"]["status"] == "fail"
+    assert _by_id(imagetest.run_checks("recompute", host))["versions"]["status"] == "fail"
     assert "--reuse" not in host.commands[-1]
 
 
 def test_an_image_from_before_reuse_runs_everything(host, monkeypatch):
-    imagetest.run_checks("detach")
+    imagetest.run_checks("detach", host)
     real_run = host.run
 
     def old_script(image, command, gpu=False, timeout=900):
@@ -181,7 +179,7 @@ def test_an_image_from_before_reuse_runs_everything(host, monkeypatch):
         return real_run(image, command, gpu, timeout)
 
     monkeypatch.setattr(host, "run", old_script)
-    report = imagetest.run_checks("recompute")
+    report = imagetest.run_checks("recompute", host)
     assert report.ok and _by_id(report)["versions"]["status"] == "pass"
 
 

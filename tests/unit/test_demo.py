@@ -72,7 +72,7 @@ class _NoBuildah:
 def _nothing_here(monkeypatch):
     monkeypatch.setattr(hostcheck, "_git_daemon", lambda: "git not found")
     monkeypatch.setattr(hostcheck, "registry_binary", lambda: None)
-    monkeypatch.setattr(engine, "current", lambda: _NoEngine())
+    monkeypatch.setattr(engine, "named", lambda flag=None: _NoEngine())
     monkeypatch.setattr(engine, "reproducible", lambda: _NoBuildah())
 
 
@@ -108,7 +108,7 @@ def test_a_missing_base_image_is_named(monkeypatch):
 
     monkeypatch.setattr(hostcheck, "_git_daemon", lambda: None)
     monkeypatch.setattr(hostcheck, "registry_binary", lambda: "/usr/bin/docker-registry")
-    monkeypatch.setattr(engine, "current", lambda: Docker())
+    monkeypatch.setattr(engine, "named", lambda flag=None: Docker())
     monkeypatch.setattr(engine, "reproducible", lambda: Buildah())
     with pytest.raises(
         EnvironmentProblem, match=r"needs: the local base image my-base:1 is missing \(fix: run"
@@ -176,9 +176,9 @@ def test_the_teardown_removes_what_the_demo_made_and_no_moved_human_tag(monkeypa
             "someone/else:1": theirs,
         }
     )
-    monkeypatch.setattr(engine, "current", lambda: tags)
     said = []
     demo = run.Demo("unused", said.append, said.append)
+    demo.engine = tags
     demo.built_id = mine
     demo.work = tmp_path / "work"
     demo.work.mkdir()

@@ -9,13 +9,13 @@ import shutil
 import socket
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from mtpimage import cli, locations
 from mtpimage.build import fastpath, pipeline
 from mtpimage.plan import model
-from mtpimage.publish import release
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -224,7 +224,7 @@ def test_not_remembered_when_the_profile_tag_is_elsewhere(world):
 
 
 def test_constants_agree_with_the_tool():
-    assert fastpath.IMAGE_REPOSITORY == model.IMAGE_REPOSITORY
+    assert fastpath.local_image("t") == f"{model.IMAGE_REPOSITORY}:t"
     assert fastpath.DEFAULT_PROFILE == cli.DEFAULT_PROFILE
     assert "MTP_" not in fastpath.__doc__.split("What the key covers")[0]  # read only by settings.py
     parser = cli.make_parser()
@@ -262,10 +262,13 @@ def test_the_replayed_summary_is_the_one_the_full_path_writes(tmp_path, monkeypa
     from mtpimage.manifests import manifest
 
     monkeypatch.setattr(pipeline, "check_frozen", lambda job, warn: None)
-    monkeypatch.setattr(release, "local_id", lambda ref: "sha256:aaa")  # both tags on the image
+    both_tags = SimpleNamespace(image_id=lambda ref: "sha256:aaa")  # both tags on the image
     m = manifest.load()
     job = pipeline.MainJob(
-        manifests=m, plan=cli.plan_for(m, "mtp-detach", None), summary_file=tmp_path / "s.json"
+        manifests=m,
+        plan=cli.plan_for(m, "mtp-detach", None),
+        build=pipeline.BuildOptions(engine=both_tags),
+        summary_file=tmp_path / "s.json",
     )
     said: list[str] = []
     result = pipeline.run(job, say=said.append)

@@ -158,7 +158,7 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
         tree = _tree(path)
         rel = path.relative_to(PACKAGE).as_posix()
         sdk = {n for n in _imported(tree) if n.split(".")[0] in ("docker", "testcontainers")}
-        assert not sdk, f"{rel} imports {sdk}: use engine.current()"
+        assert not sdk, f"{rel} imports {sdk}: use the ContainerEngine passed in (engine.named)"
         if path.name in SEAM:
             continue
         for node in ast.walk(tree):
@@ -166,7 +166,7 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                 assert name not in ("docker", "buildah"), (
-                    f"{rel}:{node.lineno} runs a CLI: use engine.current()"
+                    f"{rel}:{node.lineno} runs a CLI: use the ContainerEngine passed in (engine.named)"
                 )
                 words = [a.value for a in node.args if isinstance(a, ast.Constant)]
                 assert not (
@@ -182,9 +182,15 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
     for name, edges in graph.items():
         if name.rsplit(".", 1)[-1] + ".py" in SEAM or name == "mtpimage.build.fastpath":
             continue
-        assert "mtpimage.engine.dockerengine" not in edges, f"{name}: use engine.current()"
-        assert "mtpimage.engine.dockersocket" not in edges, f"{name}: use engine.current()"
-        assert "mtpimage.engine.buildahengine" not in edges, f"{name}: use engine.current()"
+        assert "mtpimage.engine.dockerengine" not in edges, (
+            f"{name}: use the ContainerEngine passed in (engine.named)"
+        )
+        assert "mtpimage.engine.dockersocket" not in edges, (
+            f"{name}: use the ContainerEngine passed in (engine.named)"
+        )
+        assert "mtpimage.engine.buildahengine" not in edges, (
+            f"{name}: use the ContainerEngine passed in (engine.named)"
+        )
     assert graph["mtpimage.build.fastpath"] & {"mtpimage.engine", "mtpimage.engine.dockerengine"} == set()
 
 

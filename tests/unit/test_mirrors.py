@@ -14,13 +14,14 @@ import stat
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from mtpimage import mirrors
 from mtpimage.build import buildlog
 from mtpimage.build.render import deterministic_tar, render
-from mtpimage.engine import containerengine, dockerengine
+from mtpimage.engine import buildstream, containerengine, dockerengine
 from mtpimage.engine.containerengine import BuildRequest, mirrored_bases, mirrored_dockerfile, secret_files
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext import extensions
@@ -282,7 +283,7 @@ def test_a_build_logs_and_echoes_no_mirror_token(tmp_path, monkeypatch, capsys):
         "print('#9 1.1 done')"
     )
     log = tmp_path / "build.log"
-    code, tail = dockerengine._stream_build(
+    code, tail = buildstream.stream_build(
         [sys.executable, "-c", script], dict(os.environ), [b"", b""], log, True
     )
     assert code == 0
@@ -353,14 +354,13 @@ def test_an_index_mirror_that_does_not_answer_stops_the_build_before_it_starts(m
 
 def test_a_registry_mirror_that_does_not_answer_is_named_before_anything_builds(monkeypatch):
     from mtpimage.build import pipeline
-    from mtpimage.publish import release
 
     monkeypatch.setenv("MTP_NET_RETRIES", "1")
-    monkeypatch.setattr(release, "local_id", lambda ref: None)
+    no_images = SimpleNamespace(image_id=lambda ref: None)
     plan = plan_for(manifest.load(SHIPPED), "mtp-detach", None)
     bm = mirrors.Mirrors.configured(["docker.io=127.0.0.1:9/hub"]).for_build([])
     with pytest.raises(EnvironmentProblem) as exc:
-        pipeline.base_preflight(plan, bm)
+        pipeline.base_preflight(plan, no_images, bm)
     line = exc.value.one_line()
     assert line.startswith(f"base image {plan.base_image} through its registry mirror (MTP_REGISTRY_MIRROR")
     assert "127.0.0.1:9/hub/nvidia/cuda@sha256:" in line and "cannot be reached" in line

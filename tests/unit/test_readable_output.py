@@ -5,6 +5,7 @@ the missing-base error names the way to build where the base's registry is unrea
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,7 @@ from mtpimage.cli import plan_for
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.manifests import manifest
 from mtpimage.outputs import report
-from mtpimage.publish import registryclient, release
+from mtpimage.publish import registryclient
 from tests.unit.helpers import run_cli
 
 
@@ -89,10 +90,10 @@ def test_the_missing_base_error_points_to_the_stand_in(plans, monkeypatch):
     def unreachable(host, timeout=5):
         raise registryclient.RegistryUnreachable(host, "GET /v2/", ConnectionRefusedError())
 
-    monkeypatch.setattr(release, "local_id", lambda ref: None)
     monkeypatch.setattr(registryclient, "answers", unreachable)
+    no_images = SimpleNamespace(image_id=lambda ref: None)
     with pytest.raises(EnvironmentProblem) as err:
-        pipeline.base_preflight(plans["mtp-detach"])
+        pipeline.base_preflight(plans["mtp-detach"], no_images)
     assert "is not present locally" in str(err.value)
     assert "MTP_SUBSTITUTE_BASE, see docs/real-stack.md" in str(err.value)
 

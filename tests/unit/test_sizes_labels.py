@@ -108,8 +108,7 @@ def test_the_reproducible_engine_gives_every_layer_a_row_with_its_tar_size(tmp_p
 
     monkeypatch.setattr(dockerengine.DockerEngine, "image_id", lambda self, ref: layout.image_id)
     monkeypatch.setattr(buildahengine.BuildahEngine, "layout_of", lambda self, image_id: root)
-    monkeypatch.setattr(sizes.engine, "current", lambda: buildahengine.BuildahEngine())
-    rows = sizes.layer_rows("mtp-verl:x")
+    rows = sizes.layer_rows("mtp-verl:x", buildahengine.BuildahEngine())
     assert [(r.index, r.size, r.created_by) for r in rows] == [
         (0, len(layers[0]), "(base image)"),
         (2, len(layers[1]), 'RUN missing="$(for p in'),
