@@ -6,9 +6,17 @@
 # What it has, and how it differs from the real base:
 #   - Debian 13 (trixie) minbase from Debian's archive (Ubuntu's is unreachable): glibc 2.41
 #     (the real base: 2.39), so every manylinux_2_39 wheel the lock picked installs.
-#   - CUDA 13.0's toolkit as installed on this machine (nvcc, cudart, cupti) under
-#     /usr/local/cuda-13.0, with the real image's CUDA_VERSION/PATH/LD_LIBRARY_PATH/NVIDIA_*
-#     environment. The real devel base has the full toolkit (cuBLAS, cuDNN dev files, ...).
+#   - CUDA 13.0's toolkit as installed on this machine (nvcc, cupti, nvvm) under
+#     /usr/local/cuda-13.0, with the real image's CUDA_VERSION/PATH/LD_LIBRARY_PATH/NVIDIA_*,
+#     LIBRARY_PATH and ENTRYPOINT (/opt/nvidia/nvidia_entrypoint.sh, a banner and the command).
+#   - The real base's NVIDIA packages beyond that, at its versions, from PyPI's nvidia-* wheel
+#     files by sha256, as debs that own their files (add_nvidia_packages): libnccl2 and
+#     libnccl-dev 2.28.3-1+cuda13.0 and libcublas-13-0 13.1.0.3-1, all three held with apt-mark
+#     hold as NVIDIA holds them, and cuda-cudart-13-0 13.0.96-1 (libcudart.so.13.0.96, replacing
+#     the host toolkit's plain copy). No cuDNN, as on the real base. A user `ubuntu` 1000:1000.
+#     Still missing: cuda-compat, the devel base's other libraries and headers (cuSPARSE,
+#     cuFFT, ... dev files, nsight-compute), the stubs under lib64/stubs (this toolkit has none),
+#     the driver branches of NVIDIA_REQUIRE_CUDA (not read here).
 #   - Python 3.12 from this machine's pyenv build (Ubuntu 24.04's python3.12 is unreachable),
 #     registered with dpkg as python3.12, python3.12-dev, python3.12-venv and python3-pip, so
 #     the Dockerfile's os layer sees them installed and apt does not pull Debian's 3.13.
@@ -43,7 +51,19 @@ IMPORT_CHANGES=(
     'ENV CUDA_VERSION=13.0.2'
     'ENV NVIDIA_VISIBLE_DEVICES=all'
     'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+    # the real value lists the driver branches too; only its CUDA part is known here
+    'ENV NVIDIA_REQUIRE_CUDA=cuda>=13.0'
+    'ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs'
+    'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]'
     "LABEL io.mtp-image-builder.standin=\"$LABEL\""
+)
+# What the real base's base, runtime and devel layers hold beyond this machine's toolkit, at
+# NVIDIA's versions (../shared/docs/real-stack.md, "The real base"), from PyPI's nvidia-* wheels
+# (NVIDIA's apt repository is unreachable), each by sha256: file name, sha256, URL.
+NVIDIA_WHEELS=(
+    "nvidia_nccl_cu13-2.28.3-py3-none-manylinux_2_18_x86_64.whl 9f093dd7b97ddc90ef654676173a0c301d2434c431f17aa324e9c00039afb4c7 https://files.pythonhosted.org/packages/6e/38/bb5e182b08c8b53987224b7e67c1150a60219a99b8cf40ec8cb1ab6655d1/nvidia_nccl_cu13-2.28.3-py3-none-manylinux_2_18_x86_64.whl"
+    "nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl ee8722c1f0145ab246bccb9e452153b5e0515fd094c3678df50b2a0888b8b171 https://files.pythonhosted.org/packages/e7/44/423ac00af4dd95a5aeb27207e2c0d9b7118702149bf4704c3ddb55bb7429/nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl"
+    "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548 https://files.pythonhosted.org/packages/2e/24/d1558f3b68b1d26e706813b1d10aa1d785e4698c425af8db8edc3dced472/nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 )
 MANIFEST_TYPES='application/vnd.docker.distribution.manifest.v2+json,application/vnd.oci.image.manifest.v1+json'
 log() { printf '[make-base] %s\n' "$*" >&2; }
@@ -78,7 +98,66 @@ build_rootfs() {
         chroot "$ROOT" dpkg -i "/tmp/$pkg.deb" >/dev/null; rm -f "$ROOT/tmp/$pkg.deb"
     done
     chroot "$ROOT" python3.12 -c 'import ssl, sqlite3, ctypes, venv, ensurepip; print("python ok")' >&2
+    add_nvidia_packages
     rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
+}
+
+# One deb that owns the files of a staging tree, installed in the rootfs, so `apt-get remove`
+# there takes the files with it, as on the real base. Uncompressed (-Znone): each deb lives only
+# for the dpkg -i that follows, and xz took over 5 minutes on cuBLAS's 600 MB.
+deb_of() {
+    local pkg=$1 version=$2 tree=$3
+    mkdir -p "$tree/DEBIAN"
+    printf 'Package: %s\nVersion: %s\nArchitecture: amd64\nMaintainer: mtp-image-builder\nDescription: stand-in: NVIDIA %s at its real-base version, from PyPI wheel files\n' \
+        "$pkg" "$version" "$pkg" > "$tree/DEBIAN/control"
+    dpkg-deb --root-owner-group -Znone -b "$tree" "$ROOT/tmp/$pkg.deb" >/dev/null
+    chroot "$ROOT" dpkg -i "/tmp/$pkg.deb" >/dev/null; rm -f "$ROOT/tmp/$pkg.deb"
+}
+
+# The real base's NVIDIA packages beyond nvcc, at its versions, laid out as its debs lay them
+# out: libnccl2 + libnccl-dev 2.28.3-1+cuda13.0 and libcublas-13-0 13.1.0.3-1, held with
+# apt-mark hold as NVIDIA's Dockerfiles hold them; cuda-cudart-13-0 13.0.96-1 replaces the host
+# toolkit's cudart (a plain libcudart.so.13 there: the real one carries its full version).
+add_nvidia_packages() {
+    local w=$DIR/wheels x=$DIR/wheel-files line name sha url t lib=/usr/local/cuda-13.0/lib64
+    mkdir -p "$w"; rm -rf "$x"; mkdir -p "$x"
+    for line in "${NVIDIA_WHEELS[@]}"; do
+        read -r name sha url <<< "$line"
+        if [ ! -f "$w/$name" ]; then
+            curl -fsSL --retry 3 -o "$w/$name.part" "$url" && mv -f "$w/$name.part" "$w/$name"
+        fi
+        echo "$sha  $w/$name" | sha256sum -c --quiet || { echo "make-base: $name: sha256 mismatch" >&2; exit 1; }
+        "$PY/bin/python3.12" -m zipfile -e "$w/$name" "$x"
+    done
+    log "NVIDIA packages at the real base's versions: libnccl2/libnccl-dev 2.28.3, libcublas 13.1.0.3, cudart 13.0.96"
+    t=$(mktemp -d); mkdir -p "$t/usr/lib/x86_64-linux-gnu"
+    cp "$x/nvidia/nccl/lib/libnccl.so.2" "$t/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
+    ln -s libnccl.so.2.28.3 "$t/usr/lib/x86_64-linux-gnu/libnccl.so.2"
+    deb_of libnccl2 2.28.3-1+cuda13.0 "$t"; rm -rf "$t"
+    t=$(mktemp -d); mkdir -p "$t/usr/lib/x86_64-linux-gnu" "$t/usr/include"
+    ln -s libnccl.so.2 "$t/usr/lib/x86_64-linux-gnu/libnccl.so"
+    cp -r "$x/nvidia/nccl/include/." "$t/usr/include/"
+    deb_of libnccl-dev 2.28.3-1+cuda13.0 "$t"; rm -rf "$t"
+    t=$(mktemp -d); mkdir -p "$t$lib"
+    for l in libcublas libcublasLt; do
+        cp "$x/nvidia/cu13/lib/$l.so.13" "$t$lib/$l.so.13.1.0.3"; ln -s "$l.so.13.1.0.3" "$t$lib/$l.so.13"
+    done
+    deb_of libcublas-13-0 13.1.0.3-1 "$t"; rm -rf "$t"
+    rm -f "$ROOT$lib"/libcudart.so "$ROOT$lib"/libcudart.so.13*
+    t=$(mktemp -d); mkdir -p "$t$lib"
+    cp "$x/nvidia/cu13/lib/libcudart.so.13" "$t$lib/libcudart.so.13.0.96"
+    ln -s libcudart.so.13.0.96 "$t$lib/libcudart.so.13"; ln -s libcudart.so.13 "$t$lib/libcudart.so"
+    deb_of cuda-cudart-13-0 13.0.96-1 "$t"; rm -rf "$t" "$x"
+    chroot "$ROOT" apt-mark hold libnccl2 libnccl-dev libcublas-13-0 >/dev/null
+    chroot "$ROOT" ldconfig
+    # Ubuntu 24.04 has a user `ubuntu` (UID/GID 1000): an image's UID 1000 meets it there
+    chroot "$ROOT" groupadd -g 1000 ubuntu && chroot "$ROOT" useradd -m -u 1000 -g 1000 -s /bin/bash ubuntu
+    # NVIDIA's entrypoint (the image's own entrypoint.sh runs it when present): a banner, then
+    # the command; the real one also warns about the driver, which the image's check does here
+    mkdir -p "$ROOT/opt/nvidia"
+    printf '#!/bin/bash\necho "== CUDA 13.0.2 (stand-in of nvidia/cuda:13.0.2-devel-ubuntu24.04) =="\nexec "$@"\n' \
+        > "$ROOT/opt/nvidia/nvidia_entrypoint.sh"
+    chmod 755 "$ROOT/opt/nvidia/nvidia_entrypoint.sh"
 }
 
 # HEAD by digest: the registry still serves that very image.
@@ -110,7 +189,8 @@ curl -fsS -o /dev/null --max-time 10 "http://$REGISTRY/v2/" || {
     echo "make-base: registry $REGISTRY does not answer (scripts/setup-test-host.sh starts it)" >&2; exit 1; }
 
 rootfs_key=$({
-    declare -f build_rootfs  # bash prints the code without its comments
+    declare -f build_rootfs deb_of add_nvidia_packages  # bash prints the code without its comments
+    printf '%s\n' "${NVIDIA_WHEELS[@]}"
     echo "python $PY"; "$PY/bin/python3.12" -VV
     echo "cuda $CUDA"; "$CUDA/bin/nvcc" --version
 } | sha256)
