@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from mtpimage.build.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
-from mtpimage.build.render import render
+from mtpimage.assembly.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
+from mtpimage.assembly.render import render
 from mtpimage.engine import ENGINES
 from mtpimage.errors import InputError
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
@@ -108,8 +108,8 @@ def cmd_render(args) -> int:
     count = len(rendered.write(out))
     with_sources = getattr(args, "with_sources", False)
     if with_sources:
-        from mtpimage.build.buildctx import write_context
-        from mtpimage.build.pipeline import extension_wheels
+        from mtpimage.assembly.buildctx import write_context
+        from mtpimage.assembly.pipeline import extension_wheels
 
         def say(msg: str) -> None:  # stderr: --json keeps stdout one JSON document
             print(msg, file=sys.stderr, flush=True)

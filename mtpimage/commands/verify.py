@@ -4,7 +4,7 @@
 
 One line per layer, then the config and the manifest; exit 0 only when the image is bit
 for bit what the lock builds, 1 when it is not (or names another plan), with one error line.
-The comparison is build/verify.py's; the rebuild is the reproducible engine's.
+The comparison is assembly/verify.py's; the rebuild is the reproducible engine's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def _say(msg: str) -> None:
 
 
 def cmd_verify(args) -> int:
-    from mtpimage.build import verify
+    from mtpimage.assembly import verify
     from mtpimage.commands.image import build_options
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 

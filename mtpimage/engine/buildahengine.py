@@ -46,7 +46,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.build import buildlog
+from mtpimage.assembly import buildlog
 from mtpimage.engine import ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (

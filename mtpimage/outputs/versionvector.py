@@ -1,6 +1,6 @@
 """The version vector: what an image contains, as JSON at /opt/mtp/version.json.
 
-A pure function of the recipe (mtpimage/build/recipe.py: the Plan, the locked rows the image
+A pure function of the recipe (mtpimage/assembly/recipe.py: the Plan, the locked rows the image
 installs, the compiled extensions' keys; no clock, no host facts), so the same Plan renders
 the same bytes. The in-image checks compare what is installed against it, and
 images/checks/gpu_check.py reads its `mode` and `engine`.
@@ -18,7 +18,7 @@ from mtpimage.manifests.modes import verl_facts
 from mtpimage.plan.model import Plan
 
 if TYPE_CHECKING:  # annotations only: who reads VECTOR_PATH or LABEL_NS need not load the renderer
-    from mtpimage.build.recipe import Recipe
+    from mtpimage.assembly.recipe import Recipe
 
 VECTOR_SCHEMA = "mtp-image-builder/version-vector/v1"
 VECTOR_PATH = "/opt/mtp/version.json"

@@ -159,7 +159,7 @@ def test_package_version_and_patches_are_shown(m):
 def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
     """A plan side and an image's version vector name a patch by reference alike: by its
     repository, commits, files and sha256, so a profile compared with its image shows none."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     p = plan(m, "mtp-rollout")
     vector = json.loads(render(p, m.root).files["mtp/version.json"])
@@ -218,7 +218,7 @@ def test_image_vector_equals_its_profile(m):
 
 
 def test_real_version_vector_module_is_compatible(m):
-    from mtpimage.build.recipe import recipe_of
+    from mtpimage.assembly.recipe import recipe_of
     from mtpimage.outputs import versionvector
 
     p = plan(m, "mtp-detach")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.assembly.render import IMAGES_DIR, render
 from mtpimage.manifests import manifest, modes, rules, schema
 from mtpimage.plan.model import build_plan
 

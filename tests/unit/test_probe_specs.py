@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.assembly.render import IMAGES_DIR, render
 from mtpimage.cli import plan_for
 from mtpimage.lock import probes
 from mtpimage.lock.probetable import probe_specs

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, deterministic_tar, render
-from mtpimage.build.templating import docker_quote
+from mtpimage.assembly.render import IMAGES_DIR, deterministic_tar, render
+from mtpimage.assembly.templating import docker_quote
 from mtpimage.cli import plan_for
 from mtpimage.engine import dockerengine as engine
 from mtpimage.errors import EnvironmentProblem, InputError

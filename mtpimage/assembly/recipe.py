@@ -20,8 +20,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name as canonical
 
-from mtpimage.build import steps as st
-from mtpimage.build.templating import environment
+from mtpimage.assembly import steps as st
+from mtpimage.assembly.templating import environment
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.ext import extensions
 from mtpimage.ext.extensions import BuilderStage

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import __version__
-from mtpimage.build.recipe import Recipe, recipe_of
-from mtpimage.build.templating import environment
+from mtpimage.assembly.recipe import Recipe, recipe_of
+from mtpimage.assembly.templating import environment
 from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.outputs import driver
