@@ -123,7 +123,7 @@ def package_origin(p) -> str:
 def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
     print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
     print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}")
-    print(f"engine    {engine_text(plan.engine_dict())}")
+    print(f"engine    {engine_text(plan.training_engine_dict())}")
     print(f"image     {image}")
     print(f"base      {plan.base_image}   python {plan.python}   cuda {plan.cuda}")
     # one name column for both tables, as wide as the longest name (transformer-engine-torch)

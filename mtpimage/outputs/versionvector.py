@@ -42,11 +42,14 @@ def probes_for(plan: Plan) -> list[str]:
     sg = component_of(plan, "sglang-ipc-unwrap")
     if sg is not None and f["sglang"]["fix_patch_provides"] in sg.provides():
         out.append("sglang-ipc-unwrap")
-    if component_of(plan, "mbridge-mcore-017") is not None and plan.engine_dict().get("bridge") == "mbridge":
+    if (
+        component_of(plan, "mbridge-mcore-017") is not None
+        and plan.training_engine_dict().get("bridge") == "mbridge"
+    ):
         out.append("mbridge-mcore-017")
     if (
         "mimo" in plan.models
-        and plan.engine_dict().get("bridge") == "megatron-bridge"
+        and plan.training_engine_dict().get("bridge") == "megatron-bridge"
         and component_of(plan, "mimo-needs-bridge-2387") is not None
     ):
         out.append("mimo-needs-bridge-2387")
@@ -121,7 +124,7 @@ def version_vector(recipe: Recipe) -> dict:
         "mtp_config": dict(mode.mtp_config),
         "targets": list(plan.targets),
         "models": list(plan.models),
-        "engine": plan.engine_dict(),
+        "engine": plan.training_engine_dict(),
         "rollout_engine": plan.rollout_engine,
         "python": plan.python,
         "cuda": plan.cuda,
@@ -235,7 +238,7 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         f"{LABEL_NS}.mode": plan.mode,
         f"{LABEL_NS}.plan-digest": plan.digest,
         f"{LABEL_NS}.version-vector": VECTOR_PATH,
-        f"{LABEL_NS}.engine": json.dumps(plan.engine_dict(), sort_keys=True, separators=(",", ":")),
+        f"{LABEL_NS}.engine": json.dumps(plan.training_engine_dict(), sort_keys=True, separators=(",", ":")),
     }
     if plan.base_digest:
         out["org.opencontainers.image.base.digest"] = plan.base_digest

@@ -180,7 +180,9 @@ class Plan:
     experimental: bool
     targets: tuple[str, ...]
     models: tuple[str, ...]
-    engine: tuple[tuple[str, Any], ...]  # frozen mapping: sorted (key, value)
+    # verl's training engine settings (name: megatron, bridge, recompute, ...), not the container
+    # engine; a frozen mapping: sorted (key, value). Its key in to_dict (and the digest) is "engine"
+    training_engine: tuple[tuple[str, Any], ...]
     rollout_engine: str
     python: str
     cuda: str
@@ -219,8 +221,8 @@ class Plan:
     route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     # -- views -------------------------------------------------------------
-    def engine_dict(self) -> dict:
-        return {k: _thaw(v) for k, v in self.engine}
+    def training_engine_dict(self) -> dict:
+        return {k: _thaw(v) for k, v in self.training_engine}
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
@@ -233,7 +235,7 @@ class Plan:
 
     @property
     def recompute(self) -> dict | None:
-        return self.engine_dict().get("recompute")
+        return self.training_engine_dict().get("recompute")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -252,7 +254,9 @@ class Plan:
         for c in d["components"]:  # absent when unused: older plans keep their digests
             if not c["runtime_env"]:
                 del c["runtime_env"], c["runtime_env_why"]
-        d["engine"] = self.engine_dict()
+        # the key the digest and every output have always had, in the field's place
+        d = {("engine" if k == "training_engine" else k): v for k, v in d.items()}
+        d["engine"] = self.training_engine_dict()
         d["indexes"] = dict(self.indexes)
         d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
         d["overridden"] = {t: list(f) for t, f in self.overridden}
@@ -305,19 +309,19 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: str) -> list[str]:
+def verl_override_lines(mode: str, target: str, training_engine: dict, rollout_engine: str) -> list[str]:
     """The exact Hydra overrides for a mode and target, MTP block first (upstream's order)."""
     facts = verl_facts()
     keys = facts["engine_keys"][target]
     prefix = facts["mtp_prefix"][target]
     lines = [f"{prefix}{k}={v}" for k, v in mode_overrides(mode)]
-    lines += [f"{k}={engine['name']}" for k in keys["engine"]]
-    if engine.get("bridge") == "mbridge":
+    lines += [f"{k}={training_engine['name']}" for k in keys["engine"]]
+    if training_engine.get("bridge") == "mbridge":
         lines += [f"{k}=True" for k in keys["vanilla_mbridge"]]
-    cp = engine.get("context_parallel_size", 1)
+    cp = training_engine.get("context_parallel_size", 1)
     if cp and cp > 1:
         lines += [f"{k}={cp}" for k in keys["context_parallel_size"]]
-    recompute = engine.get("recompute")
+    recompute = training_engine.get("recompute")
     tc = keys["transformer_config"]
     if recompute:
         lines.append(f"{tc}recompute_granularity={recompute['granularity']}")
@@ -446,9 +450,9 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         if items:
             layers.append(Layer(layer, tuple(items)))
     layers.append(Layer(MODE_LAYER, ()))
-    engine = data["engine"]
+    training_engine = data["engine"]
     overrides = tuple(
-        (t, tuple(verl_override_lines(data["mode"], t, engine, data["rollout"]["engine"])))
+        (t, tuple(verl_override_lines(data["mode"], t, training_engine, data["rollout"]["engine"])))
         for t in data["targets"]
     )
     return Plan(
@@ -459,7 +463,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         experimental=data.get("experimental", False),
         targets=tuple(data["targets"]),
         models=tuple(data.get("models", [])),
-        engine=_freeze(engine),
+        training_engine=_freeze(training_engine),
         rollout_engine=data["rollout"]["engine"],
         python=plat["python"],
         cuda=plat["cuda"],

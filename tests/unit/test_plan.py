@@ -47,7 +47,7 @@ def test_profiles_with_equal_pins_share_everything_but_mode():
 def test_inheritance_states_only_differences():
     p = plan("mtp-cp-recompute")
     assert p.mode == "mtp-only"  # from mtp-detach
-    assert p.engine_dict()["context_parallel_size"] == 2  # its own
+    assert p.training_engine_dict()["context_parallel_size"] == 2  # its own
     assert p.rollout_engine == "sglang"  # from base
 
 
