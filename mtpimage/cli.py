@@ -268,7 +268,7 @@ def cmd_explain(args) -> int:
         )
         print(job, end="")
         return 0
-    overrides = plan.overrides_for(args.target)
+    overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
     from mtpimage.plan.model import mode_guarantees, transformer_settings

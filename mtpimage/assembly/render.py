@@ -104,7 +104,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     # the entrypoint and the driver check, with what this CUDA line needs of the driver
     files.update(_tree(images / "runtime", "mtp/runtime"))
     files[driver.FACTS_FILE] = driver.facts_text(driver.need(plan.cuda)).encode()
-    for target, lines in plan.verl_overrides:
+    for target, lines in plan.verl_cli_overrides:
         files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
     files = dict(sorted(files.items()))
     digest = hashlib.sha256(deterministic_tar(files)).hexdigest()

@@ -248,7 +248,7 @@ def _registry(value: str, flag: str = "--registry"):
 def cmd_stack(args) -> int:
     from mtpimage.assembly import stack, stackjob
     from mtpimage.assembly.render import render
-    from mtpimage.commands.image import build_options
+    from mtpimage.commands.image import build_options_from_args
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     if args.push and not args.registry:
@@ -274,7 +274,7 @@ def cmd_stack(args) -> int:
         for spec in stack.cache_sources(registry, rendered[0]):
             print(f"--cache-from\n{spec}")
         return 0
-    stackjob.run(rendered, build_options(args), registry if args.push else None, say=_say)
+    stackjob.run(rendered, build_options_from_args(args), registry if args.push else None, say=_say)
     return 0
 
 

@@ -20,7 +20,7 @@ def _say(msg: str) -> None:
 
 def cmd_verify(args) -> int:
     from mtpimage.assembly import verify
-    from mtpimage.commands.image import build_options
+    from mtpimage.commands.image import build_options_from_args
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
@@ -30,7 +30,7 @@ def cmd_verify(args) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        report = verify.run(m.root, plan, args.image, build_options(args), progress)
+        report = verify.run(m.root, plan, args.image, build_options_from_args(args), progress)
     except verify.NotDescribed as exc:  # the layers it names, then the one error line
         for line in exc.details:
             _say(line)

@@ -103,7 +103,7 @@ def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[d
     for name in names:
         rp = manifest.resolve_profile(m, name)
         for cname, c in rp.components.items():
-            if "commit" in rp.overridden.get(cname, []) and (target in ("*", cname)):
+            if "commit" in rp.overridden_fields.get(cname, []) and (target in ("*", cname)):
                 raise InputError(
                     m.profiles[name].file,
                     f"stack.overrides.{cname}.commit",
@@ -340,7 +340,7 @@ class Locker(PythonSets):
 
     def patch_where(self, plan: Plan, comp: str) -> str:
         """file:line of a component's patch list: its profile's override, or components.yaml."""
-        if "patches" in dict(plan.overridden).get(comp, ()):
+        if "patches" in dict(plan.profile_overridden_fields).get(comp, ()):
             return self.m.profiles[plan.profile].file
         return self.m.catalogue.where("components", comp, "patches")
 

@@ -149,7 +149,7 @@ def job_script(
         "mode": plan.mode,
         "target": target,
         "entrypoint": entry,
-        "overrides": plan.overrides_for(target),
+        "overrides": plan.verl_cli_overrides_for(target),
         "prerequisites": prerequisites(plan),
         "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,

@@ -143,11 +143,11 @@ def version_vector(recipe: Recipe) -> dict:
             for p in plan.packages
         ],
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
-        "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
+        "verl_overrides": {t: list(lines) for t, lines in plan.verl_cli_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
         "probes": {pid: probe_specs()[pid] for pid in probes_for(plan)},
         "resolution": {
-            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.resolution_overrides],
             "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
             "sdists": [{"package": n, "why": w} for n, w in plan.sdists],
         },
@@ -256,6 +256,6 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         out[f"{LABEL_NS}.component.{c.name}"] = c.pin
     if plan.substitutions:
         out[f"{LABEL_NS}.substitutions"] = "; ".join(f"{w}: {d}" for w, d in plan.substitutions)
-    for target, lines in plan.verl_overrides:
+    for target, lines in plan.verl_cli_overrides:
         out[f"{LABEL_NS}.verl-overrides.{target}"] = " ".join(lines)
     return dict(sorted(out.items()))

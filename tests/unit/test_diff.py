@@ -84,10 +84,10 @@ def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
     for target in ("rl", "sft"):
         mine = [c for c in cs if c.section == "verl_overrides" and c.item == target]
         added = {f"{c.field}={c.b}" for c in mine if c.kind == "added"}
-        assert added == set(b.overrides_for(target)) - set(a.overrides_for(target))
+        assert added == set(b.verl_cli_overrides_for(target)) - set(a.verl_cli_overrides_for(target))
         assert added and all("context_parallel_size" in x or "recompute_" in x for x in added)
         removed = {f"{c.field}={c.a}" for c in mine if c.kind != "added"}
-        assert removed == set(a.overrides_for(target)) - set(b.overrides_for(target))
+        assert removed == set(a.verl_cli_overrides_for(target)) - set(b.verl_cli_overrides_for(target))
         assert [x.rsplit(".", 1)[1] for x in removed] == ["mtp_detach_heads=True"]
     # Same Megatron pin in every shipped profile: no component or package differs.
     assert not [c for c in cs if c.section in ("components", "packages", "platform", "layers")]

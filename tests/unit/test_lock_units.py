@@ -300,7 +300,7 @@ def test_a_cuda_toolkit_wheel_of_another_minor_fails_the_lock_unless_declared():
     )
     declared = dataclasses.replace(
         plan,
-        overrides=plan.overrides
+        resolution_overrides=plan.resolution_overrides
         + (("nvidia-cuda-nvcc==13.2.86", "why", "link"), ("nvidia-cuda-crt-cu13>=13.5", "why", "link")),
     )
     s = Sets()
@@ -327,7 +327,9 @@ def test_an_override_records_what_it_covers_and_names_a_declaration_nobody_revie
 
     def covers(sets):
         s = pythonset._SetInputs(indexes={}, used=[], reach={})
-        doc = {"overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.overrides]}
+        doc = {
+            "overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.resolution_overrides]
+        }
         sets._override_covers(plan, s, doc)
         return {o["requirement"]: o["covers"] for o in doc["overrides"]}
 
