@@ -400,7 +400,8 @@ def render_check(reps: int) -> dict:
     log("render + check of every shipped profile")
     from mtpimage.assembly.render import render
     from mtpimage.cli import plan_for
-    from mtpimage.manifests import manifest, rules
+    from mtpimage.manifests import manifest
+    from mtpimage.plan import rules
 
     def once():
         m = manifest.load(REPO / "manifests")

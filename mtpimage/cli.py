@@ -20,9 +20,9 @@ from mtpimage.errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from mtpimage.manifests import rules
 from mtpimage.manifests.modelconfig import model_warnings
 from mtpimage.outputs.report import print_checks, print_plan
+from mtpimage.plan import rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, verl_facts
 

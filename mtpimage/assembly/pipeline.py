@@ -22,11 +22,11 @@ from pathlib import Path
 from mtpimage import engine
 from mtpimage.assembly import buildlog, imagetest, sizes
 from mtpimage.assembly.render import Rendered, render
+from mtpimage.assembly.versionvector import identity_labels
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from mtpimage.lock import lockfile
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
-from mtpimage.outputs.versionvector import identity_labels
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.publish import release
 from mtpimage.publish.imageref import ImageRef, Registry
@@ -348,7 +348,7 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
 
 def extension_labels(wheels: dict) -> dict[str, str]:
     """Each compiled wheel's sha256 on the image (the rendered version vector holds its key)."""
-    from mtpimage.outputs.versionvector import LABEL_NS
+    from mtpimage.assembly.versionvector import LABEL_NS
 
     return {
         f"{LABEL_NS}.extension.{name}": f"{w.filename} sha256:{w.sha256}"

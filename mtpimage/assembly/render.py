@@ -20,10 +20,10 @@ from pathlib import Path
 from mtpimage import __version__
 from mtpimage.assembly.recipe import Recipe, recipe_of
 from mtpimage.assembly.templating import environment
+from mtpimage.assembly.versionvector import labels, vector_bytes
 from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.outputs import driver
-from mtpimage.outputs.versionvector import labels, vector_bytes
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.settings import local_image
 

@@ -29,10 +29,11 @@ from mtpimage.lock import lockfile, pydeps, sources, srcmeta, staging
 from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
-from mtpimage.manifests import manifest, rules
+from mtpimage.manifests import manifest
 from mtpimage.manifests.patches import PatchUnavailable
 from mtpimage.manifests.patches import as_files as patch_files
 from mtpimage.mirrors import BuildMirrors
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan, build_plan
 from mtpimage.publish import baseplatform
 from mtpimage.publish.baseplatform import BaseNotServed

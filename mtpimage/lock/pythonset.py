@@ -207,7 +207,7 @@ class PythonSets:
         13.0 stack) fail the lock, unless a resolution override names the package (declared)."""
         from packaging.utils import canonicalize_name
 
-        from mtpimage.manifests import rules
+        from mtpimage.plan import rules
 
         versioned = {canonicalize_name(n) for n in rules.facts().get("cuda_toolkit_versioned") or ()}
         declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.resolution_overrides}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpimage.manifests import rules
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
 

@@ -218,8 +218,8 @@ def test_image_vector_equals_its_profile(m):
 
 
 def test_real_version_vector_module_is_compatible(m):
+    from mtpimage.assembly import versionvector
     from mtpimage.assembly.recipe import recipe_of
-    from mtpimage.outputs import versionvector
 
     p = plan(m, "mtp-detach")
     side = vectordiff.side_from_vector("img", versionvector.version_vector(recipe_of(p)), kind="image")

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from mtpimage.assembly.render import IMAGES_DIR, render
-from mtpimage.manifests import manifest, modes, rules, schema
+from mtpimage.manifests import manifest, modes, schema
+from mtpimage.plan import rules
 from mtpimage.plan.model import build_plan
 
 from .helpers import copy_manifests, edit_yaml

@@ -28,7 +28,7 @@ LABEL_NS = "io.mtp-image-builder"
 def probes_for(plan: Plan) -> list[str]:
     """Source probes to repeat on the installed stack: ids of mtpimage/data/probes.yaml, whose
     entries the version vector carries to images/checks/run_checks.py."""
-    from mtpimage.manifests import rules
+    from mtpimage.plan import rules
 
     f = rules.facts()
     out = []
