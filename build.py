@@ -12,9 +12,9 @@ import importlib.util
 import sys
 
 # A remembered no-op answers here, before anything else is imported or looked for
-# (mtpimage/build/fastpath.py: standard library only; any changed input misses).
+# (mtpimage/assembly/fastpath.py: standard library only; any changed input misses).
 from mtpimage import settings
-from mtpimage.build import fastpath
+from mtpimage.assembly import fastpath
 
 # find_spec, not import: importing them costs time on every run.
 REQUIRED = ("jinja2", "jsonschema", "packaging", "requests", "tenacity", "yaml")

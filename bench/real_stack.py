@@ -10,7 +10,7 @@ What it measures, in this order (each case says what the plain alternative is):
              plain `docker build` of the rendered context, then the tool (build + checks + tag);
              the tool goes second so the cache it leaves is the one every later case uses
   push       the tool publishes the image to a loopback registry namespace of this run
-  warm       no-op with the image local: the tool (its memo: mtpimage/build/fastpath.py), the tool's
+  warm       no-op with the image local: the tool (its memo: mtpimage/assembly/fastpath.py), the tool's
              full path (MTP_FASTPATH=0), and plain `docker build` of the same context (all cached)
   profiles   the other shipped profiles (equal pins), built and pushed by the tool: unique bytes
              per extra profile, bytes a node pulls for its second profile
@@ -108,13 +108,13 @@ class RealBench:
             from mtpimage.plan.load import plan_for
         except ImportError:
             from mtpimage.cli import plan_for
-        from mtpimage.build.render import render
+        from mtpimage.assembly.render import render
 
         m = manifest.load(manifests or REPO / "manifests")
         return render(plan_for(m, profile, None), m.root)
 
     def context(self, profile: str, manifests: Path | None = None) -> tuple[Path, str]:
-        from mtpimage.build.buildctx import build_context
+        from mtpimage.assembly.buildctx import build_context
 
         r = self.rendered(profile, manifests)
         path = self.tmp / f"context-{r.identity}.tar"
@@ -157,7 +157,7 @@ class RealBench:
 
     def history(self, ref: str) -> list[dict]:
         """Layers holding bytes, oldest first, labelled as build.py's size table labels them."""
-        from mtpimage.build import sizes
+        from mtpimage.assembly import sizes
 
         return [{"index": r.index, "size": r.size, "created_by": r.created_by} for r in sizes.layer_rows(ref)]
 

@@ -142,7 +142,7 @@ def markdown(r: dict) -> str:
             f"unshared layer is index {top}, the mode layer is {last}); unique bytes per extra "
             f"profile < 1% ({yes(worst < 1)}: at most {worst:.3f}%).",
             "",
-            "Per-layer table of the test-detach image (what `mtpimage/build/sizes.py` prints after a build; "
+            "Per-layer table of the test-detach image (what `mtpimage/assembly/sizes.py` prints after a build; "
             "uncompressed; steps that add no bytes are left out, so step numbers are `docker history` "
             "positions, not layer indexes):",
             "",
@@ -197,7 +197,7 @@ def markdown(r: dict) -> str:
         bd = w.get("tool_breakdown", {})
         full = w.get("tool_full_path_s")
         notes.append(
-            f"- Warm no-op: the tool answers from its memo (mtpimage/build/fastpath.py): a sha256 over the bytes "
+            f"- Warm no-op: the tool answers from its memo (mtpimage/assembly/fastpath.py): a sha256 over the bytes "
             f"of every input (manifests, lock, package, images/, build.py, requirements.txt, the command "
             f"line, MTP_*/DOCKER_* variables, the Python and its distributions), then two "
             f"`GET /images/{{ref}}/json` on dockerd's socket; nothing else is imported. Plain docker "

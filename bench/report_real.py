@@ -179,7 +179,7 @@ def markdown(r: dict) -> list[str]:
         )
     if w:
         notes.append(
-            f"- Warm no-op: the tool answers from its memo (mtpimage/build/fastpath.py): a sha256 over the "
+            f"- Warm no-op: the tool answers from its memo (mtpimage/assembly/fastpath.py): a sha256 over the "
             f"bytes of the manifests, lock, package, templates and checks, the command line and "
             f"MTP_*/DOCKER_* variables, then two `GET /images/{{ref}}/json` on dockerd's socket. Any "
             f"changed input misses and runs the full path ({s(med(w['tool_full_path_s']))}); "

@@ -127,8 +127,8 @@ class Bench:
         return json.loads(proc.stdout)["identity"]
 
     def context_tar(self, profile: str) -> Path:
-        from mtpimage.build.buildctx import build_context
-        from mtpimage.build.render import render
+        from mtpimage.assembly.buildctx import build_context
+        from mtpimage.assembly.render import render
         from mtpimage.cli import plan_for
         from mtpimage.manifests import manifest
 
@@ -195,7 +195,7 @@ class Bench:
         log("warm no-op")
         plain_tag = f"{self.reg}/plain:{PROFILE}"
         self.plain_build(self.ctx, plain_tag)  # warm the plain path too (same cache)
-        self.tool("--profile", PROFILE)  # the tool's first no-op: its memo (mtpimage/build/fastpath.py)
+        self.tool("--profile", PROFILE)  # the tool's first no-op: its memo (mtpimage/assembly/fastpath.py)
         tool_t, full_t, plain_t, plain_steps = [], [], [], None
         for _ in range(self.reps):
             dt, proc = self.tool("--profile", PROFILE, env={"MTP_FASTPATH_TRACE": "1"})
@@ -275,8 +275,8 @@ class Bench:
             }
         union = sum(sizes.values())
         naive = sum(per[p]["compressed_bytes"] for p in profiles)
-        # uncompressed, from the local images (what the layer table of mtpimage/build/sizes.py prints)
-        from mtpimage.build import sizes as sz
+        # uncompressed, from the local images (what the layer table of mtpimage/assembly/sizes.py prints)
+        from mtpimage.assembly import sizes as sz
 
         rows = {
             p: [(r.index, r.size, r.created_by) for r in sz.layer_rows(f"mtp-verl:{self.ident[p]}")]
@@ -398,9 +398,10 @@ class Bench:
 def render_check(reps: int) -> dict:
     """Render + check of every shipped profile (manifests/): in-process and as CLI calls."""
     log("render + check of every shipped profile")
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
     from mtpimage.cli import plan_for
-    from mtpimage.manifests import manifest, rules
+    from mtpimage.manifests import manifest
+    from mtpimage.plan import rules
 
     def once():
         m = manifest.load(REPO / "manifests")
@@ -421,7 +422,7 @@ def render_check(reps: int) -> dict:
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
         "from mtpimage import manifest, rules\nfrom mtpimage.cli import plan_for\n"
-        f"from mtpimage.build.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
+        f"from mtpimage.assembly.render import render\nm = manifest.load({str(REPO / 'manifests')!r})\n"
         "for name in m.names():\n    p = plan_for(m, name, None); rules.evaluate(p); render(p, m.root)\n"
     )
     one_proc, check_cli, render_cli, bare = [], [], [], []

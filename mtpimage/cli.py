@@ -20,15 +20,15 @@ from mtpimage.errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from mtpimage.manifests import rules
 from mtpimage.manifests.modelconfig import model_warnings
 from mtpimage.outputs.report import print_checks, print_plan
+from mtpimage.plan import rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, verl_facts
 
 
 def image_of(plan: Plan, root) -> str:
-    from mtpimage.build.render import image_of as _image_of
+    from mtpimage.assembly.render import image_of as _image_of
 
     return _image_of(plan, root)
 
@@ -228,7 +228,7 @@ def cmd_check(args) -> int:
 def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
     """profile -> its base's platform manifest verdict (pipeline.base_platform), each distinct
     base read once; a lock that records another manifest stops `check` here, in one line."""
-    from mtpimage.build.pipeline import base_platform, build_mirrors
+    from mtpimage.assembly.pipeline import base_platform, build_mirrors
     from mtpimage.mirrors import Mirrors
 
     mirrors = Mirrors.configured(registry_mirror)
@@ -268,7 +268,7 @@ def cmd_explain(args) -> int:
         )
         print(job, end="")
         return 0
-    overrides = plan.overrides_for(args.target)
+    overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
     from mtpimage.plan.model import mode_guarantees, transformer_settings
@@ -350,7 +350,7 @@ def cmd_main(args):
         )
     else:
         if not args.dry_run and not rules.errors(results):
-            from mtpimage.build.pipeline import base_first, check_frozen
+            from mtpimage.assembly.pipeline import base_first, check_frozen
             from mtpimage.commands.image import main_job
 
             # a build that cannot start says so in one line, not after 65 lines of plan; a lock
@@ -363,7 +363,7 @@ def cmd_main(args):
         return EXIT_RULES
     if args.dry_run:
         return 0
-    from mtpimage.build.pipeline import run
+    from mtpimage.assembly.pipeline import run
     from mtpimage.commands.image import main_job
 
     return run(main_job(args, m, plan))

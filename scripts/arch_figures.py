@@ -27,7 +27,7 @@ What each figure counts, exactly:
                      by hand instead of asked of Rendered.image().
   longest_functions  the ten longest functions and methods, in source lines (def to last line).
   function_imports   import statements whose nearest enclosing scope is a function.
-  package_pairs      pairs of mtpimage subpackages (mtpimage/build/, mtpimage/outputs/, ...)
+  package_pairs      pairs of mtpimage subpackages (mtpimage/assembly/, mtpimage/outputs/, ...)
                      each of which imports the other (cycles of length 2 in the graph of
                      subpackages), lazy imports inside functions included. The top-level
                      modules (cli.py, errors.py, settings.py, ...) are no subpackage and are left
@@ -256,7 +256,7 @@ def _imports_of(module: str, is_package: bool, tree: ast.Module, names: set[str]
 
 
 def _package_of(module: str, subpackages: set[str]) -> str | None:
-    """mtpimage.build.render -> mtpimage.build; mtpimage.engine -> itself; mtpimage.cli -> None."""
+    """mtpimage.assembly.render -> mtpimage.assembly; mtpimage.engine -> itself; mtpimage.cli -> None."""
     head = ".".join(module.split(".")[:2])
     return head if head in subpackages else None
 

@@ -246,9 +246,9 @@ def _registry(value: str, flag: str = "--registry"):
 
 
 def cmd_stack(args) -> int:
-    from mtpimage.build import stack, stackjob
-    from mtpimage.build.render import render
-    from mtpimage.commands.image import build_options
+    from mtpimage.assembly import stack, stackjob
+    from mtpimage.assembly.render import render
+    from mtpimage.commands.image import build_options_from_args
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     if args.push and not args.registry:
@@ -274,7 +274,7 @@ def cmd_stack(args) -> int:
         for spec in stack.cache_sources(registry, rendered[0]):
             print(f"--cache-from\n{spec}")
         return 0
-    stackjob.run(rendered, build_options(args), registry if args.push else None, say=_say)
+    stackjob.run(rendered, build_options_from_args(args), registry if args.push else None, say=_say)
     return 0
 
 
@@ -284,7 +284,7 @@ def _say(msg: str) -> None:
 
 def cmd_disk(args) -> int:
     from mtpimage import settings
-    from mtpimage.build import diskcheck
+    from mtpimage.assembly import diskcheck
 
     paths = args.paths or [diskcheck.DOCKER_ROOT, settings.current().cache_root]
     diskcheck.check(args.need_gb, paths, args.job, say=_say)
@@ -294,7 +294,7 @@ def cmd_disk(args) -> int:
 def cmd_published(args) -> int:
     """KEY=VALUE lines for $GITHUB_OUTPUT: `name` (REG/mtp-verl), `digest` of the profile's
     content tag (pushed only after its checks passed) and `sbom` (its SBOM artifact, REF@DIGEST)."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
     from mtpimage.plan.model import IMAGE_REPOSITORY
     from mtpimage.publish import sbomattach

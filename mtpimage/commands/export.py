@@ -7,7 +7,7 @@ from pathlib import Path
 
 def cmd_export(args) -> int:
     from mtpimage import engine
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
     from mtpimage.outputs.enroot import export_enroot
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 

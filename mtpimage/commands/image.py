@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from mtpimage.build.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
-from mtpimage.build.render import render
+from mtpimage.assembly.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
+from mtpimage.assembly.render import render
 from mtpimage.engine import ENGINES
 from mtpimage.errors import InputError
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
@@ -52,11 +52,11 @@ ENGINE_HELP = (
 
 def add_engine(p: argparse.ArgumentParser, default=None) -> None:
     """--engine, the same on every command that builds (the main job, test, stack, render
-    --with-sources); build_options() turns it into the engine object the build is given."""
+    --with-sources); build_options_from_args() turns it into the engine object the build is given."""
     p.add_argument("--engine", default=default, choices=list(ENGINES), help=ENGINE_HELP)
 
 
-def build_options(args) -> BuildOptions:
+def build_options_from_args(args) -> BuildOptions:
     """The command's build options, its engine picked here by name (--engine, else
     MTP_ENGINE, else docker) and passed on in them."""
     from mtpimage import engine
@@ -92,7 +92,7 @@ def main_job(args, manifests, plan) -> MainJob:
         plan=plan,
         frozen=getattr(args, "frozen", None),
         registry=reg,
-        build=build_options(args),
+        build=build_options_from_args(args),
         gpu=getattr(args, "gpu", False),
         full_checks=getattr(args, "full_checks", False),
         summary_file=getattr(args, "summary_file", None),
@@ -108,14 +108,14 @@ def cmd_render(args) -> int:
     count = len(rendered.write(out))
     with_sources = getattr(args, "with_sources", False)
     if with_sources:
-        from mtpimage.build.buildctx import write_context
-        from mtpimage.build.pipeline import extension_wheels
+        from mtpimage.assembly.buildctx import write_context
+        from mtpimage.assembly.pipeline import extension_wheels
 
         def say(msg: str) -> None:  # stderr: --json keeps stdout one JSON document
             print(msg, file=sys.stderr, flush=True)
 
         # compiled extensions come as a build gets them: the wheel cache, its share, or built
-        wheels = extension_wheels(plan, rendered, build_options(args), say)
+        wheels = extension_wheels(plan, rendered, build_options_from_args(args), say)
         count = write_context(rendered, out, progress=say, wheels=wheels)
     incomplete = not with_sources and any(c.source == "git" or c.patches for c in plan.components)
     if getattr(args, "json", False):
@@ -147,7 +147,7 @@ def cmd_render(args) -> int:
 def cmd_test(args) -> int:
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
-    options = build_options(args)
+    options = build_options_from_args(args)
     image = args.image
     if image is None:
         rendered = render(plan, m.root)
@@ -165,7 +165,10 @@ def cmd_test(args) -> int:
 
 
 # ----------------------------------------------------------------------------- plug-in
-def _build_options(p: argparse.ArgumentParser, main: bool) -> None:
+def _add_build_arguments(p: argparse.ArgumentParser, main: bool) -> None:
+    """The build's command-line arguments (--ca-bundle, --netrc, --builder, --progress,
+    --reproducible, --no-cache, --gpu, --full-checks) on the main job's parser or, without
+    their defaults, on a subcommand's; build_options_from_args() reads them."""
     d = argparse.SUPPRESS if not main else None
     p.add_argument(
         "--ca-bundle",
@@ -242,7 +245,7 @@ def register(subparsers, add_common) -> None:
     add_common(p)
     p.add_argument("--profile", required=True)
     p.add_argument("--image", help="image to test (default: the profile's identity tag; built if missing)")
-    _build_options(p, main=False)
+    _add_build_arguments(p, main=False)
     p.set_defaults(
         func=cmd_test,
         gpu=False,
@@ -278,4 +281,4 @@ def add_main_options(parser) -> None:
     )
     parser.add_argument("--push", action="store_true", help="push after the tests pass (needs --registry)")
     parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="registry to publish to")
-    _build_options(parser, main=True)
+    _add_build_arguments(parser, main=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def cmd_sbom(args) -> int:
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
     from mtpimage.outputs.sbom import document, dumps, known_wheels
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 

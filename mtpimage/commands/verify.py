@@ -4,7 +4,7 @@
 
 One line per layer, then the config and the manifest; exit 0 only when the image is bit
 for bit what the lock builds, 1 when it is not (or names another plan), with one error line.
-The comparison is build/verify.py's; the rebuild is the reproducible engine's.
+The comparison is assembly/verify.py's; the rebuild is the reproducible engine's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def _say(msg: str) -> None:
 
 
 def cmd_verify(args) -> int:
-    from mtpimage.build import verify
-    from mtpimage.commands.image import build_options
+    from mtpimage.assembly import verify
+    from mtpimage.commands.image import build_options_from_args
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
@@ -30,7 +30,7 @@ def cmd_verify(args) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        report = verify.run(m.root, plan, args.image, build_options(args), progress)
+        report = verify.run(m.root, plan, args.image, build_options_from_args(args), progress)
     except verify.NotDescribed as exc:  # the layers it names, then the one error line
         for line in exc.details:
             _say(line)

@@ -298,7 +298,7 @@ def cmd_pin(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from mtpimage.build.pipeline import BuildOptions, extension_builder
+    from mtpimage.assembly.pipeline import BuildOptions, extension_builder
     from mtpimage.ext import extbuild, wheelcheck
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.mirrors import Mirrors

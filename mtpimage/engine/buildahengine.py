@@ -46,7 +46,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.build import buildlog
+from mtpimage.assembly import buildlog
 from mtpimage.engine import ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
@@ -56,7 +56,7 @@ from mtpimage.engine.containerengine import (
     PushFailed,
     RunResult,
     base_images,
-    build_options,
+    build_flags,
     mirrored_bases,
     mirrored_dockerfile,
     secret_files,
@@ -278,7 +278,7 @@ class BuildahEngine(ContainerEngine):
         self, req: BuildRequest, iidfile: Path, secrets: dict[str, Path] | None = None
     ) -> list[str]:
         argv = [*BUD_OPTIONS, "--iidfile", str(iidfile), "-f", "Dockerfile"]
-        argv += build_options(req, BUILD_ARGS, secrets)
+        argv += build_flags(req, BUILD_ARGS, secrets)
         # the host's network: buildah's own (CNI) would add a bridge and NAT rules to the host
         argv += ["--network", req.network or "host"]
         if req.target:

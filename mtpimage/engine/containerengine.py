@@ -279,7 +279,7 @@ def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
         yield out
 
 
-def build_options(
+def build_flags(
     req: BuildRequest, build_args: tuple = (), secrets: dict[str, Path] | None = None
 ) -> list[str]:
     """--build-arg, --label and --secret as `docker build` and `buildah bud` both spell them

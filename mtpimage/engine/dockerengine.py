@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.build import buildlog
+from mtpimage.assembly import buildlog
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -39,7 +39,7 @@ from mtpimage.engine.containerengine import (
     PushFailed,
     RunResult,
     StartFailed,
-    build_options,
+    build_flags,
     mirrored_bases,
     mirrored_dockerfile,
     secret_files,
@@ -218,7 +218,7 @@ def build_argv(
         argv += ["--target", req.target]
     if req.output_dir:
         argv += ["--output", f"type=local,dest={Path(req.output_dir).resolve()}"]
-    argv += build_options(req, secrets=secrets)
+    argv += build_flags(req, secrets=secrets)
     # an index mirror on this machine's loopback (a local proxying cache) is reachable from a
     # build step only on the host's network; the layers do not depend on the network used
     network = req.network or ("host" if req.mirrors.loopback_index else None)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtpimage import netpolicy, settings
-from mtpimage.build.render import Rendered
+from mtpimage.assembly.render import Rendered
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.ext import extensions
 from mtpimage.plan.model import Package

@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
 from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, file_sha256, valid_filename

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpimage.build.render import Rendered, render
+from mtpimage.assembly.render import Rendered, render
 from mtpimage.errors import EXIT_RULES, BuilderError, InputError
 from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import CorruptEntry, WheelCache, file_sha256

@@ -29,10 +29,11 @@ from mtpimage.lock import lockfile, pydeps, sources, srcmeta, staging
 from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
-from mtpimage.manifests import manifest, rules
+from mtpimage.manifests import manifest
 from mtpimage.manifests.patches import PatchUnavailable
 from mtpimage.manifests.patches import as_files as patch_files
 from mtpimage.mirrors import BuildMirrors
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan, build_plan
 from mtpimage.publish import baseplatform
 from mtpimage.publish.baseplatform import BaseNotServed
@@ -103,7 +104,7 @@ def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[d
     for name in names:
         rp = manifest.resolve_profile(m, name)
         for cname, c in rp.components.items():
-            if "commit" in rp.overridden.get(cname, []) and (target in ("*", cname)):
+            if "commit" in rp.overridden_fields.get(cname, []) and (target in ("*", cname)):
                 raise InputError(
                     m.profiles[name].file,
                     f"stack.overrides.{cname}.commit",
@@ -340,7 +341,7 @@ class Locker(PythonSets):
 
     def patch_where(self, plan: Plan, comp: str) -> str:
         """file:line of a component's patch list: its profile's override, or components.yaml."""
-        if "patches" in dict(plan.overridden).get(comp, ()):
+        if "patches" in dict(plan.profile_overridden_fields).get(comp, ()):
             return self.m.profiles[plan.profile].file
         return self.m.catalogue.where("components", comp, "patches")
 

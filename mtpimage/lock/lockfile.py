@@ -452,7 +452,7 @@ def locked_probes(manifests, plan: Plan) -> dict:
     """The source-probe verdicts lock.yaml recorded for this profile, as rules.Verdicts, when
     the lock matches the plan (else {}): what `lock` decided from the real sources counts in
     `check` and `--dry-run`, so a new commit the known lists do not name is not UNKNOWN there."""
-    from mtpimage.manifests.rules import Verdict
+    from mtpimage.plan.rules import Verdict
 
     lock = read(lock_path(Path(manifests.root)))
     if lock is None:
@@ -480,7 +480,7 @@ def locked_probes(manifests, plan: Plan) -> dict:
 def _locked_patches(plan: Plan, lock: dict, where: str):
     """patches-apply as `lock` decided it: each patch applied to the pinned artifact (its
     `applies` and `checked_with` in components.*.patches). None when nothing is patched."""
-    from mtpimage.manifests.rules import FAIL, PASS, UNKNOWN, Verdict
+    from mtpimage.plan.rules import FAIL, PASS, UNKNOWN, Verdict
 
     lines, status = [], PASS
     for c in plan.components:

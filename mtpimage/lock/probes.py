@@ -22,9 +22,9 @@ from mtpimage import children
 from mtpimage.lock import sources
 from mtpimage.lock.probetable import component_of, probe_specs
 from mtpimage.lock.sources import SourceSet
-from mtpimage.manifests import rules as rules_mod
-from mtpimage.manifests.rules import FAIL, NA, PASS, UNKNOWN, Verdict
+from mtpimage.plan import rules as rules_mod
 from mtpimage.plan.model import Component, Plan
+from mtpimage.plan.rules import FAIL, NA, PASS, UNKNOWN, Verdict
 
 _SPECS = probe_specs()
 _RECOMPUTE = _SPECS["recompute-padding-mask"]

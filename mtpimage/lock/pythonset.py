@@ -207,10 +207,10 @@ class PythonSets:
         13.0 stack) fail the lock, unless a resolution override names the package (declared)."""
         from packaging.utils import canonicalize_name
 
-        from mtpimage.manifests import rules
+        from mtpimage.plan import rules
 
         versioned = {canonicalize_name(n) for n in rules.facts().get("cuda_toolkit_versioned") or ()}
-        declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.overrides}
+        declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.resolution_overrides}
         want = ".".join(plan.cuda.split(".")[:2])
         for name, entry in sorted(packages.items()):
             base = canonicalize_name(name)
@@ -245,7 +245,7 @@ class PythonSets:
         ]
         if reach["pypi"]:
             self.unverified.append(f"index pypi unreachable: {reach['pypi']}")
-        s.overrides = [o[0] for o in plan.overrides]
+        s.overrides = [o[0] for o in plan.resolution_overrides]
         s.excludes = [e[0] for e in plan.excludes]
         stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in s.stubs.items()}
         s.key = lockfile.set_key(
@@ -434,7 +434,7 @@ def _set_head(plan: Plan, s: _SetInputs) -> dict:
             )
             for n in s.used
         },
-        "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+        "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.resolution_overrides],
         "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
     }
 

@@ -39,7 +39,8 @@ class ResolvedProfile:
     components: dict[str, dict]  # name -> catalogue entry with overrides applied
     packages: dict[str, dict]
     chain: list[str] = field(default_factory=list)  # leaf first
-    overridden: dict[str, list[str]] = field(default_factory=dict)  # name -> fields changed
+    # component or package -> the fields stack.overrides or --set changed
+    overridden_fields: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -312,7 +313,7 @@ def _select(m: Manifests, stack: dict, where_of) -> tuple[dict, dict]:
 
 
 def _apply_overrides(
-    m: Manifests, name: str, comps: dict, pkgs: dict, overrides: dict, where_of, overridden: dict
+    m: Manifests, name: str, comps: dict, pkgs: dict, overrides: dict, where_of, overridden_fields: dict
 ) -> None:
     """Apply {target: {field: value}} to the selected entries, in place, re-validating each."""
     for target, fields in overrides.items():
@@ -343,7 +344,7 @@ def _apply_overrides(
                     if f not in fields:
                         entry.pop(f, None)
         entry.update(fields)
-        overridden.setdefault(target, []).extend(sorted(fields))
+        overridden_fields.setdefault(target, []).extend(sorted(fields))
         validated = _validate_entry(entry, kind, loc, target)
         if kind == "component" and fields.get("patches"):
             check_patches(m.catalogue, target, validated["patches"], where=loc)
@@ -420,8 +421,10 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
         key_path = tuple(int(p) if p.isdigit() else p for p in (exc.key or "").split(".") if p)
         raise InputError(where_of(key_path), exc.key, exc.problem, exc.fix) from None
     _check_mode_targets(data, where_of)
-    overridden: dict[str, list[str]] = {}
+    overridden_fields: dict[str, list[str]] = {}
     comps, pkgs = _select(m, data["stack"], where_of)
-    _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden)
-    _apply_overrides(m, name, comps, pkgs, parse_sets(sets or []), lambda p: "--set", overridden)
-    return ResolvedProfile(name, leaf.file, data, comps, pkgs, [d.data["name"] for d in docs], overridden)
+    _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden_fields)
+    _apply_overrides(m, name, comps, pkgs, parse_sets(sets or []), lambda p: "--set", overridden_fields)
+    return ResolvedProfile(
+        name, leaf.file, data, comps, pkgs, [d.data["name"] for d in docs], overridden_fields
+    )

@@ -72,7 +72,7 @@ class PatchUnavailable(EnvironmentProblem):
 
 def origin(plan: Any, comp: str, manifests_root: Path | None) -> str:
     """Where a component's patch list was written, for error messages made after the plan."""
-    if "patches" in dict(getattr(plan, "overridden", ()) or ()).get(comp, ()):
+    if "patches" in dict(getattr(plan, "profile_overridden_fields", ()) or ()).get(comp, ()):
         return f"profile {plan.profile} (stack.overrides.{comp}.patches)"
     return f"{Path(manifests_root).name if manifests_root else 'manifests'}/components.yaml"
 

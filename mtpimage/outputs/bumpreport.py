@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mtpimage.lock import lockfile
-from mtpimage.manifests import rules
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
 

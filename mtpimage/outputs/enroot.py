@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from mtpimage import children, engine
+from mtpimage.assembly.versionvector import VECTOR_PATH
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.outputs.versionvector import VECTOR_PATH
 
 
 def _need(tool: str) -> str:

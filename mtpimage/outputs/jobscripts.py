@@ -149,7 +149,7 @@ def job_script(
         "mode": plan.mode,
         "target": target,
         "entrypoint": entry,
-        "overrides": plan.overrides_for(target),
+        "overrides": plan.verl_cli_overrides_for(target),
         "prerequisites": prerequisites(plan),
         "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,
@@ -171,7 +171,7 @@ def published_job_script(
 ) -> str:
     """The job script, pinned to the digest of this plan's tested image in `registry`
     (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then)."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     if not registry:
         raise InputError(

@@ -126,7 +126,7 @@ def trainer_command(plan: Plan, target: str, layout: Layout) -> tuple[str, list[
     if not layout.rollout_nodes:
         entry = preflighted(verl_facts()["entrypoint"][target])
         extra = [f"{keys['nnodes']}={layout.nodes}", f"{keys['gpus_per_node']}={layout.gpus_per_node}"]
-        return entry, plan.overrides_for(target) + extra
+        return entry, plan.verl_cli_overrides_for(target) + extra
     split = facts()["split"]
     extra = list(split["overrides"]) + [
         f"{keys['nnodes']}={layout.train_nodes}",
@@ -134,7 +134,7 @@ def trainer_command(plan: Plan, target: str, layout: Layout) -> tuple[str, list[
         f"{split['rollout_nnodes']}={layout.rollout_nodes}",
         f"{split['rollout_gpus_per_node']}={layout.gpus_per_node}",
     ]
-    return preflighted(split["entrypoint"]), plan.overrides_for(target) + extra
+    return preflighted(split["entrypoint"]), plan.verl_cli_overrides_for(target) + extra
 
 
 def template_text(name: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from mtpimage.build.imagetest import CHECKS
+from mtpimage.assembly.imagetest import CHECKS
 from mtpimage.outputs.driver import DRIVER_CHECK as DRIVER_CHECK_SCRIPT
 
 LAUNCH_ENV_CHECK = f"python3 {CHECKS} --only launch-env"

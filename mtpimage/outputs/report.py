@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpimage.manifests import rules
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
 
@@ -19,7 +19,7 @@ def _rule_lines(results: list[rules.RuleResult]) -> list[str]:
 def resolution_lines(plan: Plan) -> list[str]:
     """Where the image departs from upstream's declarations (components.yaml `resolution`),
     and what a local build substituted: shown by check, explain, --dry-run and diff."""
-    lines = [f"  override {req}: {why} ({link})" for req, why, link in plan.overrides]
+    lines = [f"  override {req}: {why} ({link})" for req, why, link in plan.resolution_overrides]
     lines += [f"  exclude  {name}: {why} ({link})" for name, why, link in plan.excludes]
     lines += [f"  sdist    {name}: {why}" for name, why in plan.sdists]
     lines += [
@@ -123,7 +123,7 @@ def package_origin(p) -> str:
 def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
     print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
     print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}")
-    print(f"engine    {engine_text(plan.engine_dict())}")
+    print(f"engine    {engine_text(plan.training_engine_dict())}")
     print(f"image     {image}")
     print(f"base      {plan.base_image}   python {plan.python}   cuda {plan.cuda}")
     # one name column for both tables, as wide as the longest name (transformer-engine-torch)
@@ -141,6 +141,6 @@ def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
         print(f"  {i:>2} {layer.name:<11}{' '.join(layer.items)}")
     for target in plan.targets:
         print(f"verl {target} overrides")
-        for line in plan.overrides_for(target):
+        for line in plan.verl_cli_overrides_for(target):
             print(f"  {line}")
     print_check(plan, results)

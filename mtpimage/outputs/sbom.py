@@ -1,5 +1,5 @@
 """The image's software bill of materials, as CycloneDX 1.5 JSON, made from the recipe alone
-(mtpimage/build/recipe.py: the Plan and the compiled extensions' builder stages).
+(mtpimage/assembly/recipe.py: the Plan and the compiled extensions' builder stages).
 
 It is exact because the Plan carries the lock: every locked distribution (name, version,
 index, wheel file, sha256, layer), every git source by commit, each patch by its commits and
@@ -28,7 +28,7 @@ from mtpimage import __version__
 from mtpimage.plan.model import IMAGE_REPOSITORY, Component, LockedRow, Package, Patch, Plan
 
 if TYPE_CHECKING:  # annotations only: the SBOM's purls and file names need no renderer
-    from mtpimage.build.recipe import Recipe
+    from mtpimage.assembly.recipe import Recipe
     from mtpimage.ext.extensions import BuilderStage
 
 SPEC_VERSION = "1.5"

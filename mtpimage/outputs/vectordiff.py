@@ -31,7 +31,7 @@ from mtpimage.plan.model import LockedRow
 
 PLAN_SCHEMA_PREFIX = "mtp-image-builder/plan/"
 VECTOR_SCHEMA_PREFIX = "mtp-image-builder/version-vector/"
-# Agreed with the image stage (mtpimage/outputs/versionvector.py): the image's label
+# Agreed with the image stage (mtpimage/assembly/versionvector.py): the image's label
 # `io.mtp-image-builder.version-vector` names the file holding the vector (or holds the JSON).
 LABEL_VERSION_VECTOR = "io.mtp-image-builder.version-vector"
 DEFAULT_VECTOR_PATH = "/opt/mtp/version.json"

@@ -171,6 +171,16 @@ class BasePlatform:
     digest: str  # the platform manifest's digest
 
 
+# Plan fields whose key in to_dict, and so in the canonical JSON and the digest, is the name
+# the field had before issue 39 renamed it: renaming a field moves no digest
+DIGEST_KEYS = {
+    "training_engine": "engine",
+    "verl_cli_overrides": "verl_overrides",
+    "profile_overridden_fields": "overridden",
+    "resolution_overrides": "overrides",
+}
+
+
 @dataclass(frozen=True)
 class Plan:
     profile: str
@@ -180,7 +190,9 @@ class Plan:
     experimental: bool
     targets: tuple[str, ...]
     models: tuple[str, ...]
-    engine: tuple[tuple[str, Any], ...]  # frozen mapping: sorted (key, value)
+    # verl's training engine settings (name: megatron, bridge, recompute, ...), not the container
+    # engine; a frozen mapping: sorted (key, value). Its key in to_dict (and the digest) is "engine"
+    training_engine: tuple[tuple[str, Any], ...]
     rollout_engine: str
     python: str
     cuda: str
@@ -191,13 +203,16 @@ class Plan:
     components: tuple[Component, ...]
     packages: tuple[Package, ...]
     layers: tuple[Layer, ...]
-    verl_overrides: tuple[tuple[str, tuple[str, ...]], ...]  # target -> override lines
+    # target -> the Hydra override lines verl's trainer is started with (`explain` prints them)
+    verl_cli_overrides: tuple[tuple[str, tuple[str, ...]], ...]
     size_budget_gb: float | None = None
-    overridden: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    # component or package -> the fields the profile's stack.overrides or --set changed
+    profile_overridden_fields: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
     locked: tuple[LockedRow, ...] = ()
-    # conflicts settled as data: (requirement, why, link) and (package, why, link)
-    overrides: tuple[tuple[str, str, str], ...] = ()
+    # conflicts settled as data (components.yaml resolution.overrides and .excludes):
+    # (requirement, why, link) and (package, why, link)
+    resolution_overrides: tuple[tuple[str, str, str], ...] = ()
     excludes: tuple[tuple[str, str, str], ...] = ()
     sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
@@ -219,8 +234,8 @@ class Plan:
     route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     # -- views -------------------------------------------------------------
-    def engine_dict(self) -> dict:
-        return {k: _thaw(v) for k, v in self.engine}
+    def training_engine_dict(self) -> dict:
+        return {k: _thaw(v) for k, v in self.training_engine}
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
@@ -228,12 +243,12 @@ class Plan:
     def package(self, name: str) -> Package | None:
         return next((p for p in self.packages if p.name == name), None)
 
-    def overrides_for(self, target: str) -> list[str]:
-        return list(dict(self.verl_overrides).get(target, ()))
+    def verl_cli_overrides_for(self, target: str) -> list[str]:
+        return list(dict(self.verl_cli_overrides).get(target, ()))
 
     @property
     def recompute(self) -> dict | None:
-        return self.engine_dict().get("recompute")
+        return self.training_engine_dict().get("recompute")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -252,10 +267,12 @@ class Plan:
         for c in d["components"]:  # absent when unused: older plans keep their digests
             if not c["runtime_env"]:
                 del c["runtime_env"], c["runtime_env_why"]
-        d["engine"] = self.engine_dict()
+        # the keys the digest and every output have always had, each in its field's place
+        d = {DIGEST_KEYS.get(k, k): v for k, v in d.items()}
+        d["engine"] = self.training_engine_dict()
         d["indexes"] = dict(self.indexes)
-        d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_overrides}
-        d["overridden"] = {t: list(f) for t, f in self.overridden}
+        d["verl_overrides"] = {t: list(lines) for t, lines in self.verl_cli_overrides}
+        d["overridden"] = {t: list(f) for t, f in self.profile_overridden_fields}
         d["layers"] = [{"name": layer.name, "items": list(layer.items)} for layer in self.layers]
         d["locked"] = [row.as_list() for row in self.locked]  # lists, as the digest always had them
         return {"schema": PLAN_SCHEMA, **_lists(d)}
@@ -305,19 +322,19 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def verl_override_lines(mode: str, target: str, engine: dict, rollout_engine: str) -> list[str]:
+def verl_override_lines(mode: str, target: str, training_engine: dict, rollout_engine: str) -> list[str]:
     """The exact Hydra overrides for a mode and target, MTP block first (upstream's order)."""
     facts = verl_facts()
     keys = facts["engine_keys"][target]
     prefix = facts["mtp_prefix"][target]
     lines = [f"{prefix}{k}={v}" for k, v in mode_overrides(mode)]
-    lines += [f"{k}={engine['name']}" for k in keys["engine"]]
-    if engine.get("bridge") == "mbridge":
+    lines += [f"{k}={training_engine['name']}" for k in keys["engine"]]
+    if training_engine.get("bridge") == "mbridge":
         lines += [f"{k}=True" for k in keys["vanilla_mbridge"]]
-    cp = engine.get("context_parallel_size", 1)
+    cp = training_engine.get("context_parallel_size", 1)
     if cp and cp > 1:
         lines += [f"{k}={cp}" for k in keys["context_parallel_size"]]
-    recompute = engine.get("recompute")
+    recompute = training_engine.get("recompute")
     tc = keys["transformer_config"]
     if recompute:
         lines.append(f"{tc}recompute_granularity={recompute['granularity']}")
@@ -446,9 +463,9 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         if items:
             layers.append(Layer(layer, tuple(items)))
     layers.append(Layer(MODE_LAYER, ()))
-    engine = data["engine"]
-    overrides = tuple(
-        (t, tuple(verl_override_lines(data["mode"], t, engine, data["rollout"]["engine"])))
+    training_engine = data["engine"]
+    verl_cli_overrides = tuple(
+        (t, tuple(verl_override_lines(data["mode"], t, training_engine, data["rollout"]["engine"])))
         for t in data["targets"]
     )
     return Plan(
@@ -459,7 +476,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         experimental=data.get("experimental", False),
         targets=tuple(data["targets"]),
         models=tuple(data.get("models", [])),
-        engine=_freeze(engine),
+        training_engine=_freeze(training_engine),
         rollout_engine=data["rollout"]["engine"],
         python=plat["python"],
         cuda=plat["cuda"],
@@ -471,10 +488,10 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         components=components,
         packages=packages,
         layers=tuple(layers),
-        verl_overrides=overrides,
+        verl_cli_overrides=verl_cli_overrides,
         size_budget_gb=data.get("size_budget_gb"),
-        overridden=tuple(sorted((k, tuple(v)) for k, v in rp.overridden.items())),
-        overrides=tuple(
+        profile_overridden_fields=tuple(sorted((k, tuple(v)) for k, v in rp.overridden_fields.items())),
+        resolution_overrides=tuple(
             (o["requirement"], " ".join(o["why"].split()), o["link"])
             for o in (cat.get("resolution") or {}).get("overrides", [])
         ),

@@ -244,8 +244,8 @@ def libnuma(dest: Path) -> str:
 def sglang_patches(profile: str, dest: Path) -> list[str]:
     """The profile's sglang patch files, made as a build makes them (their two pinned commits'
     diff) and checked against the lock's sha256 there."""
-    from mtpimage.build.buildctx import patch_entries
-    from mtpimage.build.render import render
+    from mtpimage.assembly.buildctx import patch_entries
+    from mtpimage.assembly.render import render
     from mtpimage.manifests import manifest
     from mtpimage.plan.load import plan_for
 

@@ -17,7 +17,7 @@ import yaml
 
 from mtpimage import cli
 from mtpimage.lock import sources
-from mtpimage.manifests import rules
+from mtpimage.plan import rules
 from tests.fixtures.gitrepos import advance_branch
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage.build.buildctx import build_context
-from mtpimage.build.render import render
+from mtpimage.assembly.buildctx import build_context
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.demo.gitrepos import MTP_PATH, SGLANG_FIX_PATHS
 from mtpimage.errors import InputError

@@ -19,7 +19,7 @@ import subprocess
 import pytest
 from packaging.utils import canonicalize_name
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.manifests import manifest
 

@@ -42,7 +42,7 @@ def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypat
     res = resolver.resolve(
         pyset["requirements"],
         pyset["stubs"],
-        [o[0] for o in plan.overrides],
+        [o[0] for o in plan.resolution_overrides],
         [e[0] for e in plan.excludes],
         [dict(plan.indexes)["pypi"]],
         plan.python,

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.ext import extbuild, extensions, wheelshare
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for

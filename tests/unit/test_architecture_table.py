@@ -60,10 +60,10 @@ def test_every_path_in_the_table_exists():
 
 def test_the_table_check_can_fail():
     table = _table()
-    assert "mtpimage/build/render.py" in _named_paths(table)
+    assert "mtpimage/assembly/render.py" in _named_paths(table)
     assert "mtpimage/nowhere.py" not in _named_paths(table)
     # a module whose row is gone is reported, and only the table's section counts: the same
     # path named in "The path of a build" above does not cover it
-    without = "\n".join(line for line in table.splitlines() if "`mtpimage/build/fastpath.py`" not in line)
-    assert _missing(without) == ["mtpimage/build/fastpath.py"]
-    assert "mtpimage/build/fastpath.py" in PAGE.read_text().split("\n## Modules\n", 1)[0]
+    without = "\n".join(line for line in table.splitlines() if "`mtpimage/assembly/fastpath.py`" not in line)
+    assert _missing(without) == ["mtpimage/assembly/fastpath.py"]
+    assert "mtpimage/assembly/fastpath.py" in PAGE.read_text().split("\n## Modules\n", 1)[0]

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage.build import pipeline
-from mtpimage.build.recipe import recipe_of
+from mtpimage.assembly import pipeline
+from mtpimage.assembly.recipe import recipe_of
+from mtpimage.assembly.versionvector import version_vector
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.manifests import manifest
 from mtpimage.mirrors import BuildMirrors, RegistryMirror
-from mtpimage.outputs.versionvector import version_vector
 from mtpimage.plan.load import plan_for
 from mtpimage.plan.model import BasePlatform
 from mtpimage.publish import baseplatform
@@ -299,7 +299,7 @@ def test_check_never_says_verified_where_the_registry_does_not_answer(reg, tmp_p
 
 
 def test_a_build_refuses_the_changed_platform_manifest_before_the_engine_runs(reg, tmp_path, monkeypatch):
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     index, amd, arm = _multi(reg)
     record = {"platform": "linux/amd64", "manifest": "index", "platform_digest": arm, "verified": True}

@@ -1,4 +1,4 @@
-"""Checks that cannot have changed are reused (mtpimage/build/checkreuse.py, imagetest.run_checks,
+"""Checks that cannot have changed are reused (mtpimage/assembly/checkreuse.py, imagetest.run_checks,
 run_checks.py --reuse): an image whose layers below the mode layer are those of an image
 that passed reports those groups `reused`, proved by that image's ID; --full-checks runs
 them. The container is replaced by running images/checks/run_checks.py on this interpreter
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage.build import checkreuse, imagetest
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly import checkreuse, imagetest
+from mtpimage.assembly.render import IMAGES_DIR
 
 SCRIPT = IMAGES_DIR / "checks" / "run_checks.py"
 LOWER = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]

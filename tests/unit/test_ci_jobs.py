@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build import diskcheck, stack
-from mtpimage.build.render import render
+from mtpimage.assembly import diskcheck, stack
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.engine.containerengine import BuildRequest
 from mtpimage.engine.dockerengine import BuildKitCLI, build_argv

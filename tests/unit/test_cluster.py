@@ -27,7 +27,7 @@ def test_script_is_valid_bash_with_every_override(cluster, target):
     p = plan("mtp-cp-recompute")
     text = job_script(p, target, cluster, "ghcr.io", "acme/mtp-verl", DIGEST)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
-    for line in p.overrides_for(target):
+    for line in p.verl_cli_overrides_for(target):
         assert f"    {line} \\" in text
     assert "max_position_embeddings" in text and "32768" in text
     assert ":latest" not in text and "mtp-cp-recompute-" not in text.split("SIF=")[0].split("IMAGE=")[-1]

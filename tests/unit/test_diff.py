@@ -84,10 +84,10 @@ def test_detach_vs_cp_recompute_is_exactly_the_recompute_and_cp_settings(m):
     for target in ("rl", "sft"):
         mine = [c for c in cs if c.section == "verl_overrides" and c.item == target]
         added = {f"{c.field}={c.b}" for c in mine if c.kind == "added"}
-        assert added == set(b.overrides_for(target)) - set(a.overrides_for(target))
+        assert added == set(b.verl_cli_overrides_for(target)) - set(a.verl_cli_overrides_for(target))
         assert added and all("context_parallel_size" in x or "recompute_" in x for x in added)
         removed = {f"{c.field}={c.a}" for c in mine if c.kind != "added"}
-        assert removed == set(a.overrides_for(target)) - set(b.overrides_for(target))
+        assert removed == set(a.verl_cli_overrides_for(target)) - set(b.verl_cli_overrides_for(target))
         assert [x.rsplit(".", 1)[1] for x in removed] == ["mtp_detach_heads=True"]
     # Same Megatron pin in every shipped profile: no component or package differs.
     assert not [c for c in cs if c.section in ("components", "packages", "platform", "layers")]
@@ -159,7 +159,7 @@ def test_package_version_and_patches_are_shown(m):
 def test_a_patch_reads_the_same_from_a_plan_and_from_an_image_vector(m):
     """A plan side and an image's version vector name a patch by reference alike: by its
     repository, commits, files and sha256, so a profile compared with its image shows none."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     p = plan(m, "mtp-rollout")
     vector = json.loads(render(p, m.root).files["mtp/version.json"])
@@ -218,8 +218,8 @@ def test_image_vector_equals_its_profile(m):
 
 
 def test_real_version_vector_module_is_compatible(m):
-    from mtpimage.build.recipe import recipe_of
-    from mtpimage.outputs import versionvector
+    from mtpimage.assembly import versionvector
+    from mtpimage.assembly.recipe import recipe_of
 
     p = plan(m, "mtp-detach")
     side = vectordiff.side_from_vector("img", versionvector.version_vector(recipe_of(p)), kind="image")

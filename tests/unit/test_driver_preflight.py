@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage.build.render import IMAGES_DIR, deterministic_tar, render
+from mtpimage.assembly.render import IMAGES_DIR, deterministic_tar, render
 from mtpimage.errors import InputError
 from mtpimage.manifests import manifest
 from mtpimage.outputs import driver, preflight

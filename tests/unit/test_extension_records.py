@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from mtpimage.build import pipeline
-from mtpimage.build.render import render
+from mtpimage.assembly import pipeline
+from mtpimage.assembly.render import render
 from mtpimage.ext import extbuild, extensions
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for

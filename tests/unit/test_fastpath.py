@@ -1,4 +1,4 @@
-"""The remembered no-op (mtpimage/build/fastpath.py): every input the main job reads must miss when
+"""The remembered no-op (mtpimage/assembly/fastpath.py): every input the main job reads must miss when
 it changes, and a hit must still ask dockerd. dockerd is a small fake on a unix socket here;
 tests/e2e/test_fastpath_e2e.py runs the same against the real engine."""
 
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from mtpimage import cli, locations
-from mtpimage.build import fastpath, pipeline
+from mtpimage.assembly import fastpath, pipeline
 from mtpimage.plan import model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_any_changed_input_misses(world, change):
         "template": world["images"] / "Dockerfile.j2",
         "check": world["images"] / "checks" / "run_checks.py",
         "install-helper": world["images"] / "lib" / "mtp_install.py",
-        "module": world["pkg"] / "build" / "render.py",
+        "module": world["pkg"] / "assembly" / "render.py",
         "data": world["pkg"] / "data" / "rules.yaml",
         "build.py": world["checkout"] / "build.py",
         "requirements": world["checkout"] / "requirements.txt",

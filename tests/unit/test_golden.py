@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly.render import IMAGES_DIR
 
 
 @pytest.fixture

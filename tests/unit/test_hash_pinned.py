@@ -11,9 +11,10 @@ import shutil
 import pytest
 import yaml
 
-from mtpimage.build.recipe import UnpinnedPackage
-from mtpimage.build.render import render
-from mtpimage.manifests import manifest, rules
+from mtpimage.assembly.recipe import UnpinnedPackage
+from mtpimage.assembly.render import render
+from mtpimage.manifests import manifest
+from mtpimage.plan import rules
 from mtpimage.plan.load import plan_for
 
 from .helpers import MANIFESTS, run_cli

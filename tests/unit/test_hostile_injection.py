@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.manifests import manifest

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly.render import IMAGES_DIR
 
 CHECKS = IMAGES_DIR / "checks"
 

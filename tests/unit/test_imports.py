@@ -83,7 +83,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "mtpimage.build.pipeline" in graph["mtpimage.cli"]  # imported inside cmd_main
+    assert "mtpimage.assembly.pipeline" in graph["mtpimage.cli"]  # imported inside cmd_main
     assert (
         "mtpimage.publish.registryclient" in graph["mtpimage.outputs.jobscripts"]
     )  # imported inside a function
@@ -180,7 +180,7 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
             if isinstance(node, ast.Attribute) and node.attr == "AF_UNIX":
                 raise AssertionError(f"{rel}:{node.lineno} opens a unix socket: dockersocket.py")
     for name, edges in graph.items():
-        if name.rsplit(".", 1)[-1] + ".py" in SEAM or name == "mtpimage.build.fastpath":
+        if name.rsplit(".", 1)[-1] + ".py" in SEAM or name == "mtpimage.assembly.fastpath":
             continue
         assert "mtpimage.engine.dockerengine" not in edges, (
             f"{name}: use the ContainerEngine passed in (engine.named)"
@@ -191,13 +191,13 @@ def test_every_dockerd_call_goes_through_the_engine_seam():
         assert "mtpimage.engine.buildahengine" not in edges, (
             f"{name}: use the ContainerEngine passed in (engine.named)"
         )
-    assert graph["mtpimage.build.fastpath"] & {"mtpimage.engine", "mtpimage.engine.dockerengine"} == set()
+    assert graph["mtpimage.assembly.fastpath"] & {"mtpimage.engine", "mtpimage.engine.dockerengine"} == set()
 
 
 def test_the_fast_path_imports_only_the_standard_library_and_its_corner():
     graph = import_graph()
     allowed = {"mtpimage.locations", "mtpimage.settings", "mtpimage.engine.dockersocket"}
-    assert graph["mtpimage.build.fastpath"] <= allowed
+    assert graph["mtpimage.assembly.fastpath"] <= allowed
     for name in allowed:
         assert graph[name] == set(), name  # and they import nothing of the tool
         third_party = {

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly.render import IMAGES_DIR
 from mtpimage.outputs import preflight
 
 

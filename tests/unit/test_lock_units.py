@@ -13,7 +13,7 @@ from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
 from mtpimage.lock import lockfile, probes, pydeps, sources
 from mtpimage.manifests import manifest
-from mtpimage.manifests.rules import FAIL, PASS
+from mtpimage.plan.rules import FAIL, PASS
 
 from .helpers import REPO
 
@@ -261,7 +261,7 @@ def test_dry_run_frozen_stops_on_a_lock_that_drifted(tmp_path, capsys):
 @pytest.mark.parametrize("version,status", [("0.13.0", FAIL), ("0.14.0rc1", FAIL), ("0.14.0", PASS)])
 def test_mtp_context_parallel_probe_reads_the_version_the_source_builds(tmp_path, version, status):
     """#36 item 7: the probe decides from the source (its own metadata), not from the manifest."""
-    from mtpimage.manifests import rules
+    from mtpimage.plan import rules
 
     write(
         tmp_path,
@@ -300,7 +300,7 @@ def test_a_cuda_toolkit_wheel_of_another_minor_fails_the_lock_unless_declared():
     )
     declared = dataclasses.replace(
         plan,
-        overrides=plan.overrides
+        resolution_overrides=plan.resolution_overrides
         + (("nvidia-cuda-nvcc==13.2.86", "why", "link"), ("nvidia-cuda-crt-cu13>=13.5", "why", "link")),
     )
     s = Sets()
@@ -327,7 +327,9 @@ def test_an_override_records_what_it_covers_and_names_a_declaration_nobody_revie
 
     def covers(sets):
         s = pythonset._SetInputs(indexes={}, used=[], reach={})
-        doc = {"overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.overrides]}
+        doc = {
+            "overrides": [{"requirement": r, "why": w, "link": ln} for r, w, ln in plan.resolution_overrides]
+        }
         sets._override_covers(plan, s, doc)
         return {o["requirement"]: o["covers"] for o in doc["overrides"]}
 

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from mtpimage import mirrors
-from mtpimage.build import buildlog
-from mtpimage.build.render import deterministic_tar, render
+from mtpimage.assembly import buildlog
+from mtpimage.assembly.render import deterministic_tar, render
 from mtpimage.engine import buildstream, containerengine, dockerengine
 from mtpimage.engine.containerengine import BuildRequest, mirrored_bases, mirrored_dockerfile, secret_files
 from mtpimage.errors import EnvironmentProblem, InputError
@@ -337,7 +337,7 @@ def test_a_mirror_that_stops_answering_mid_build_names_the_setting(tmp_path):
 
 
 def test_an_index_mirror_that_does_not_answer_stops_the_build_before_it_starts(monkeypatch):
-    from mtpimage.build import pipeline
+    from mtpimage.assembly import pipeline
 
     monkeypatch.setenv("MTP_INDEX_REWRITE", "https://pypi.org/simple=http://bob:s3cret@127.0.0.1:9/simple")
     monkeypatch.setenv("MTP_NET_RETRIES", "1")
@@ -353,7 +353,7 @@ def test_an_index_mirror_that_does_not_answer_stops_the_build_before_it_starts(m
 
 
 def test_a_registry_mirror_that_does_not_answer_is_named_before_anything_builds(monkeypatch):
-    from mtpimage.build import pipeline
+    from mtpimage.assembly import pipeline
 
     monkeypatch.setenv("MTP_NET_RETRIES", "1")
     no_images = SimpleNamespace(image_id=lambda ref: None)

@@ -28,8 +28,8 @@ HEADS = "mtp_detach_heads=True"
 def test_mtp_detach_heads_where_it_keeps_mtp_learning(profile, heads):
     plan = plan_for(manifest.load(), profile, None)
     for target in plan.targets:
-        lines = [ln for ln in plan.overrides_for(target) if ln.endswith(HEADS)]
-        assert bool(lines) is heads, (profile, target, plan.overrides_for(target))
+        lines = [ln for ln in plan.verl_cli_overrides_for(target) if ln.endswith(HEADS)]
+        assert bool(lines) is heads, (profile, target, plan.verl_cli_overrides_for(target))
         # not in verl's struct: Hydra needs `+` to add it
         assert all(ln.startswith("+") and ".override_transformer_config." in ln for ln in lines)
 

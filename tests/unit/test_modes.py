@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, render
-from mtpimage.manifests import manifest, modes, rules, schema
+from mtpimage.assembly.render import IMAGES_DIR, render
+from mtpimage.manifests import manifest, modes, schema
+from mtpimage.plan import rules
 from mtpimage.plan.model import build_plan
 
 from .helpers import copy_manifests, edit_yaml
@@ -71,8 +72,8 @@ def test_a_mode_added_to_verl_yaml_alone_works_everywhere(new_mode, tmp_path):
     edit_yaml(root / "profiles" / "mtp-cp-recompute.yaml", lambda d: d.update(mode=new_mode))
     m = manifest.load(root)  # the schema accepts it
     plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute", None))
-    assert "actor_rollout_ref.model.mtp.detach_encoder=True" in plan.overrides_for("rl")
-    assert "actor_rollout_ref.model.mtp.mtp_loss_scaling_factor=0.3" in plan.overrides_for("rl")
+    assert "actor_rollout_ref.model.mtp.detach_encoder=True" in plan.verl_cli_overrides_for("rl")
+    assert "actor_rollout_ref.model.mtp.mtp_loss_scaling_factor=0.3" in plan.verl_cli_overrides_for("rl")
     by_id = {r.rule.id: r for r in rules.evaluate(plan)}
     assert by_id["recompute-padding-mask"].status == rules.PASS  # a training mode: the rule applies
     assert by_id["full-mode-changes-training"].status == rules.NA  # detached: the trunk is untouched

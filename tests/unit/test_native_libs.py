@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly.render import IMAGES_DIR
 
 CHECKS = IMAGES_DIR / "checks"
 NCCL_WHEEL = "nvidia/nccl/lib/libnccl.so.2"

@@ -1,6 +1,6 @@
 """A check that checked nothing is a skip, not a pass (issue 21 item 8): in the image
 (images/checks/run_checks.py, run here on this interpreter with a version vector of our own)
-and on the host (mtpimage/build/imagetest.py), also for images built before results had counts."""
+and on the host (mtpimage/assembly/imagetest.py), also for images built before results had counts."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from mtpimage.build import imagetest
-from mtpimage.build.render import IMAGES_DIR
+from mtpimage.assembly import imagetest
+from mtpimage.assembly.render import IMAGES_DIR
 
 
 @pytest.fixture

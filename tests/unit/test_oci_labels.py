@@ -5,10 +5,10 @@ labels is in the rendered Dockerfile, so the identity does not move with them.""
 
 from __future__ import annotations
 
-from mtpimage.build.render import render
+from mtpimage.assembly import versionvector
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.outputs import versionvector
 from tests.unit.helpers import pin
 
 

@@ -9,7 +9,7 @@ import io
 import json
 import tarfile
 
-from mtpimage.build import verify
+from mtpimage.assembly import verify
 from mtpimage.engine import ocilayout
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage.build.buildctx import patch_entries
-from mtpimage.build.render import render
+from mtpimage.assembly.buildctx import patch_entries
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.demo.gitrepos import SGLANG_FIX_PATHS, make_sglang
 from mtpimage.errors import InputError

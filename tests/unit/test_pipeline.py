@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage.build import pipeline
+from mtpimage.assembly import pipeline
 from mtpimage.errors import InputError
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for

@@ -47,14 +47,14 @@ def test_profiles_with_equal_pins_share_everything_but_mode():
 def test_inheritance_states_only_differences():
     p = plan("mtp-cp-recompute")
     assert p.mode == "mtp-only"  # from mtp-detach
-    assert p.engine_dict()["context_parallel_size"] == 2  # its own
+    assert p.training_engine_dict()["context_parallel_size"] == 2  # its own
     assert p.rollout_engine == "sglang"  # from base
 
 
 def test_build_requires_are_installed_right_before_their_source():
     """Megatron-LM 0.19 builds with setuptools>=80, Megatron-Bridge 0.6 with setuptools<80:
     each source is built in its own venv holding only its locked, hashed build backends."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     files = render(plan("mtp-cp-recompute"), manifest.DEFAULT_MANIFESTS).files
     mega = files["build/requirements/build-megatron-lm.txt"].decode()
@@ -71,7 +71,7 @@ def test_build_requires_must_be_exact():
 
 
 def test_the_image_installs_exactly_the_lock_and_resolves_nothing():
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     p = plan("mtp-cp-recompute")
     assert len(p.locked) > 200  # the whole resolved set, with files
@@ -104,7 +104,7 @@ def test_lock_pins_are_dropped_when_the_plan_drifts_from_the_lock():
 def test_one_identity_everywhere():
     """list, check --json, explain, --dry-run and render print the tag the build creates
     (plan + rendered context), not a plan-only hash that never exists (issue 14 item 1)."""
-    from mtpimage.build.render import render
+    from mtpimage.assembly.render import render
 
     want = render(plan("mtp-detach"), manifest.DEFAULT_MANIFESTS).image()
     dry = json.loads(run_main("--profile", "mtp-detach", "--dry-run", "--json").stdout)["image"]

@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.assembly.render import IMAGES_DIR, render
 from mtpimage.cli import plan_for
 from mtpimage.lock import probes
 from mtpimage.lock.probetable import probe_specs
-from mtpimage.manifests import manifest, rules
+from mtpimage.manifests import manifest
+from mtpimage.plan import rules
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage.build import pipeline
+from mtpimage.assembly import pipeline
 from mtpimage.cli import plan_for
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.manifests import manifest

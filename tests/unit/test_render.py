@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, deterministic_tar, render
-from mtpimage.build.templating import docker_quote
+from mtpimage.assembly.render import IMAGES_DIR, deterministic_tar, render
+from mtpimage.assembly.templating import docker_quote
 from mtpimage.cli import plan_for
 from mtpimage.engine import dockerengine as engine
 from mtpimage.errors import EnvironmentProblem, InputError
@@ -201,7 +201,7 @@ def test_version_vector_lists_every_pin():
     sg = next(c for c in vv["components"] if c["name"] == "sglang")
     assert sg["patches"][0]["sha256"] == plan.component("sglang").patches[0].sha256
     assert {p["name"]: p["version"] for p in vv["packages"]} == {p.name: p.version for p in plan.packages}
-    assert vv["verl_overrides"]["rl"] == plan.overrides_for("rl")
+    assert vv["verl_overrides"]["rl"] == plan.verl_cli_overrides_for("rl")
     assert vv["engine"]["recompute"]["granularity"] == "full"
     assert "recompute-padding-mask" in vv["probes"]
     assert (

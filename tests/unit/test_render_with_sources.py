@@ -10,7 +10,7 @@ import json
 from types import SimpleNamespace
 
 from mtpimage import cli
-from mtpimage.build import buildctx, pipeline
+from mtpimage.assembly import buildctx, pipeline
 from mtpimage.ext import extensions
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for

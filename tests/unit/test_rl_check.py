@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.build.render import IMAGES_DIR, render
+from mtpimage.assembly.render import IMAGES_DIR, render
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for
 

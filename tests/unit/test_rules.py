@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpimage.manifests import manifest, rules
+from mtpimage.manifests import manifest
+from mtpimage.plan import rules
 from mtpimage.plan.model import LockedRow, build_plan
 
 from .helpers import copy_manifests, edit_yaml, run_main

@@ -14,8 +14,8 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
-from mtpimage.build.recipe import recipe_of
-from mtpimage.build.render import render
+from mtpimage.assembly.recipe import recipe_of
+from mtpimage.assembly.render import render
 from mtpimage.outputs import sbom
 from mtpimage.outputs.sbom import BuiltWheel
 from mtpimage.plan.load import load, plan_for

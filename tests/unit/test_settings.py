@@ -48,7 +48,7 @@ def test_settings_are_frozen_and_follow_the_environment(monkeypatch, tmp_path):
 
 
 def test_one_cache_root():
-    from mtpimage.build import fastpath
+    from mtpimage.assembly import fastpath
     from mtpimage.lock import sources
 
     assert sources.cache_root() == settings.current().cache_root

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpimage.build import sizes
-from mtpimage.build.render import render
+from mtpimage.assembly import sizes
+from mtpimage.assembly.render import render
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for
 

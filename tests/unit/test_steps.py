@@ -1,4 +1,4 @@
-"""Each install step (mtpimage/build/steps.py) renders exactly its text, as hpccm's building
+"""Each install step (mtpimage/assembly/steps.py) renders exactly its text, as hpccm's building
 blocks are tested: one exact-string test per kind of step, its mounts and its files. The
 expected strings are what images/partials/layer.j2 rendered for each kind before the steps
 rendered themselves (the whole-Dockerfile goldens check them together, test_golden.py)."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpimage.build import steps as st
-from mtpimage.build.recipe import InstallLayer, recipe_of
-from mtpimage.build.render import render
-from mtpimage.build.templating import environment
+from mtpimage.assembly import steps as st
+from mtpimage.assembly.recipe import InstallLayer, recipe_of
+from mtpimage.assembly.render import render
+from mtpimage.assembly.templating import environment
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
 from mtpimage.lock import lockfile

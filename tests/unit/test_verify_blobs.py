@@ -1,4 +1,4 @@
-"""`verify` against images changed in their registry (build/verify.py, engine/ocilayout.py),
+"""`verify` against images changed in their registry (assembly/verify.py, engine/ocilayout.py),
 with a registry of blobs kept here: no buildah, no network.
 
 A layer blob swapped under an untouched config is refused as what it is, before anything
@@ -13,7 +13,7 @@ import tarfile
 
 import pytest
 
-from mtpimage.build import verify
+from mtpimage.assembly import verify
 from mtpimage.engine import ocilayout
 from mtpimage.publish.imageref import ImageRef
 

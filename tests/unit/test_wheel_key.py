@@ -11,7 +11,7 @@ import shutil
 import pytest
 from packaging.utils import canonicalize_name
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.ext import extbuild, extensions
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import IMAGES_DIR

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
 from mtpimage.ext import extbuild, extensions, wheelcheck, wheelpins
 from mtpimage.ext.wheelcache import WheelCache

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from mtpimage.build.render import render
+from mtpimage.assembly.render import render
 from mtpimage.ext import extbuild, extensions, wheelpins
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import DEFAULT_MANIFESTS

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from mtpimage.build.templating import shell_quote as q
+from mtpimage.assembly.templating import shell_quote as q
 from mtpimage.plan.model import LockedRow, Patch
 
 LIB = "/tmp/mtp-build/lib"  # images/lib/ in the build context, bound here in every layer

@@ -11,7 +11,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from mtpimage.build.checkreuse import REUSED
+from mtpimage.assembly.checkreuse import REUSED
 from mtpimage.errors import EnvironmentProblem
 
 CHECKS = "/opt/mtp/checks/run_checks.py"
@@ -106,7 +106,7 @@ GPU_UNAVAILABLE = ("could not select device driver", "nvidia-container-cli", "nv
 def _reuse_record(eng, image: str) -> tuple[str | None, dict]:
     """(the key of the image's lower layers, the record of checks proved on them); no key
     for an image without this tool's mode layer on top, or an engine that cannot tell."""
-    from mtpimage.build import checkreuse
+    from mtpimage.assembly import checkreuse
     from mtpimage.lock.sources import cache_root
 
     rootfs = eng.rootfs(image)
@@ -119,7 +119,7 @@ def _reuse_record(eng, image: str) -> tuple[str | None, dict]:
 def _reused_and_recorded(eng, image: str, key: str | None, record: dict, results: list[dict]) -> list[dict]:
     """The results with reused groups filled in from the record; the groups that passed here
     recorded for the next image with the same lower layers."""
-    from mtpimage.build import checkreuse
+    from mtpimage.assembly import checkreuse
     from mtpimage.lock.sources import cache_root
 
     results = checkreuse.expand(results, record)
@@ -133,7 +133,7 @@ def run_checks(image: str, eng, gpu: bool = False, timeout: float = 900, full: b
     full: run every check (--full-checks), even those whose inputs an image with the same
     lower layers already passed; their results are recorded either way."""
     from mtpimage import engine
-    from mtpimage.build import checkreuse
+    from mtpimage.assembly import checkreuse
 
     ensure_local(eng, image)  # a missing image is pulled only from the registry it names
     key, record = _reuse_record(eng, image)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name as canonical
 
-from mtpimage.build import steps as st
-from mtpimage.build.templating import environment
+from mtpimage.assembly import steps as st
+from mtpimage.assembly.templating import environment
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.ext import extensions
 from mtpimage.ext.extensions import BuilderStage
@@ -352,7 +352,7 @@ def _allowed_conflicts(plan: Plan) -> bytes:
     from packaging.requirements import Requirement
 
     required = sorted(
-        {Requirement(r).name.lower() for r, _w, _l in plan.overrides}
+        {Requirement(r).name.lower() for r, _w, _l in plan.resolution_overrides}
         | {n.lower() for n, _w, _l in plan.excludes}
     )
     dependents = sorted(c.package.lower() for c in plan.components if not c.deps_declared)

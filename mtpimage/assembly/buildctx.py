@@ -17,7 +17,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from mtpimage.build.render import Rendered, deterministic_tar
+from mtpimage.assembly.render import Rendered, deterministic_tar
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.plan.model import Component
 
@@ -97,7 +97,7 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
 def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, int]]:
     """patches/<name>/<iii>-<file> for every patch of the Plan, each verified against its
     sha256 (a patch by reference is the diff of its two commits, made here)."""
-    from mtpimage.build.steps import patch_name
+    from mtpimage.assembly.steps import patch_name
     from mtpimage.manifests import patches
 
     plan = rendered.plan

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import __version__
-from mtpimage.build.recipe import Recipe, recipe_of
-from mtpimage.build.templating import environment
+from mtpimage.assembly.recipe import Recipe, recipe_of
+from mtpimage.assembly.templating import environment
+from mtpimage.assembly.versionvector import labels, vector_bytes
 from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.outputs import driver
-from mtpimage.outputs.versionvector import labels, vector_bytes
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.settings import local_image
 
@@ -104,7 +104,7 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     # the entrypoint and the driver check, with what this CUDA line needs of the driver
     files.update(_tree(images / "runtime", "mtp/runtime"))
     files[driver.FACTS_FILE] = driver.facts_text(driver.need(plan.cuda)).encode()
-    for target, lines in plan.verl_overrides:
+    for target, lines in plan.verl_cli_overrides:
         files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
     files = dict(sorted(files.items()))
     digest = hashlib.sha256(deterministic_tar(files)).hexdigest()

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mtpimage.build import sizes, stack
-from mtpimage.build.render import Rendered
+from mtpimage.assembly import sizes, stack
+from mtpimage.assembly.render import Rendered
 from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish import release
 from mtpimage.publish.imageref import Registry
@@ -39,8 +39,8 @@ def group(rendered: list[Rendered]) -> dict[str, list[Rendered]]:
 
 def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say) -> str:
     """BuildKit build of the stack with its cache inside the image; the untagged image id."""
-    from mtpimage.build.buildctx import build_context
-    from mtpimage.build.pipeline import (
+    from mtpimage.assembly.buildctx import build_context
+    from mtpimage.assembly.pipeline import (
         base_platform,
         base_preflight,
         extension_labels,

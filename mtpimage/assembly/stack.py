@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import json
 
-from mtpimage.build.render import Rendered
+from mtpimage.assembly.render import Rendered
 from mtpimage.errors import BuilderError
 from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish.imageref import Registry

@@ -1,6 +1,6 @@
 """The version vector: what an image contains, as JSON at /opt/mtp/version.json.
 
-A pure function of the recipe (mtpimage/build/recipe.py: the Plan, the locked rows the image
+A pure function of the recipe (mtpimage/assembly/recipe.py: the Plan, the locked rows the image
 installs, the compiled extensions' keys; no clock, no host facts), so the same Plan renders
 the same bytes. The in-image checks compare what is installed against it, and
 images/checks/gpu_check.py reads its `mode` and `engine`.
@@ -18,7 +18,7 @@ from mtpimage.manifests.modes import verl_facts
 from mtpimage.plan.model import Plan
 
 if TYPE_CHECKING:  # annotations only: who reads VECTOR_PATH or LABEL_NS need not load the renderer
-    from mtpimage.build.recipe import Recipe
+    from mtpimage.assembly.recipe import Recipe
 
 VECTOR_SCHEMA = "mtp-image-builder/version-vector/v1"
 VECTOR_PATH = "/opt/mtp/version.json"
@@ -28,7 +28,7 @@ LABEL_NS = "io.mtp-image-builder"
 def probes_for(plan: Plan) -> list[str]:
     """Source probes to repeat on the installed stack: ids of mtpimage/data/probes.yaml, whose
     entries the version vector carries to images/checks/run_checks.py."""
-    from mtpimage.manifests import rules
+    from mtpimage.plan import rules
 
     f = rules.facts()
     out = []
@@ -42,11 +42,14 @@ def probes_for(plan: Plan) -> list[str]:
     sg = component_of(plan, "sglang-ipc-unwrap")
     if sg is not None and f["sglang"]["fix_patch_provides"] in sg.provides():
         out.append("sglang-ipc-unwrap")
-    if component_of(plan, "mbridge-mcore-017") is not None and plan.engine_dict().get("bridge") == "mbridge":
+    if (
+        component_of(plan, "mbridge-mcore-017") is not None
+        and plan.training_engine_dict().get("bridge") == "mbridge"
+    ):
         out.append("mbridge-mcore-017")
     if (
         "mimo" in plan.models
-        and plan.engine_dict().get("bridge") == "megatron-bridge"
+        and plan.training_engine_dict().get("bridge") == "megatron-bridge"
         and component_of(plan, "mimo-needs-bridge-2387") is not None
     ):
         out.append("mimo-needs-bridge-2387")
@@ -121,7 +124,7 @@ def version_vector(recipe: Recipe) -> dict:
         "mtp_config": dict(mode.mtp_config),
         "targets": list(plan.targets),
         "models": list(plan.models),
-        "engine": plan.engine_dict(),
+        "engine": plan.training_engine_dict(),
         "rollout_engine": plan.rollout_engine,
         "python": plan.python,
         "cuda": plan.cuda,
@@ -140,11 +143,11 @@ def version_vector(recipe: Recipe) -> dict:
             for p in plan.packages
         ],
         "layers": [{"name": layer.name, "items": list(layer.items)} for layer in plan.layers],
-        "verl_overrides": {t: list(lines) for t, lines in plan.verl_overrides},
+        "verl_overrides": {t: list(lines) for t, lines in plan.verl_cli_overrides},
         "entrypoints": {t: facts["entrypoint"][t] for t in plan.targets},
         "probes": {pid: probe_specs()[pid] for pid in probes_for(plan)},
         "resolution": {
-            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.overrides],
+            "overrides": [{"requirement": r, "why": w, "link": l} for r, w, l in plan.resolution_overrides],
             "excludes": [{"package": n, "why": w, "link": l} for n, w, l in plan.excludes],
             "sdists": [{"package": n, "why": w} for n, w in plan.sdists],
         },
@@ -235,7 +238,7 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         f"{LABEL_NS}.mode": plan.mode,
         f"{LABEL_NS}.plan-digest": plan.digest,
         f"{LABEL_NS}.version-vector": VECTOR_PATH,
-        f"{LABEL_NS}.engine": json.dumps(plan.engine_dict(), sort_keys=True, separators=(",", ":")),
+        f"{LABEL_NS}.engine": json.dumps(plan.training_engine_dict(), sort_keys=True, separators=(",", ":")),
     }
     if plan.base_digest:
         out["org.opencontainers.image.base.digest"] = plan.base_digest
@@ -253,6 +256,6 @@ def labels(plan: Plan, repository: str) -> dict[str, str]:
         out[f"{LABEL_NS}.component.{c.name}"] = c.pin
     if plan.substitutions:
         out[f"{LABEL_NS}.substitutions"] = "; ".join(f"{w}: {d}" for w, d in plan.substitutions)
-    for target, lines in plan.verl_overrides:
+    for target, lines in plan.verl_cli_overrides:
         out[f"{LABEL_NS}.verl-overrides.{target}"] = " ".join(lines)
     return dict(sorted(out.items()))

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine
-from mtpimage.build import buildlog, imagetest, sizes
-from mtpimage.build.render import Rendered, render
+from mtpimage.assembly import buildlog, imagetest, sizes
+from mtpimage.assembly.render import Rendered, render
+from mtpimage.assembly.versionvector import identity_labels
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from mtpimage.lock import lockfile
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
-from mtpimage.outputs.versionvector import identity_labels
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.publish import release
 from mtpimage.publish.imageref import ImageRef, Registry
@@ -286,7 +286,7 @@ def build_request(
     """The image's build: its context (sources, patches, the compiled extensions' wheels)
     and labels (identity_labels, or `labels` given instead: verify takes the published
     image's provenance labels); the same for every engine and for verify's rebuild."""
-    from mtpimage.build.buildctx import build_context, fetch_sources_first
+    from mtpimage.assembly.buildctx import build_context, fetch_sources_first
 
     mirrors = options.mirrors_for(plan)
     if mirrors.describe():
@@ -317,7 +317,7 @@ def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say:
 def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say):
     """(context_for(name), request_for(context, target, out_dir, build_args)): how extbuild
     runs one extension's builder stage, on this run's engine, secrets and builder."""
-    from mtpimage.build.buildctx import build_context
+    from mtpimage.assembly.buildctx import build_context
 
     def context_for(name: str) -> bytes:
         return build_context(rendered, progress=say, only_extension=name)
@@ -348,7 +348,7 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
 
 def extension_labels(wheels: dict) -> dict[str, str]:
     """Each compiled wheel's sha256 on the image (the rendered version vector holds its key)."""
-    from mtpimage.outputs.versionvector import LABEL_NS
+    from mtpimage.assembly.versionvector import LABEL_NS
 
     return {
         f"{LABEL_NS}.extension.{name}": f"{w.filename} sha256:{w.sha256}"

@@ -166,7 +166,7 @@ def recompute_padding_mask(plan: Plan, f: dict) -> Verdict:
 
 @predicate
 def mtp_needs_megatron_engine(plan: Plan, f: dict) -> Verdict:
-    name = plan.engine_dict()["name"]
+    name = plan.training_engine_dict()["name"]
     if name != "megatron":
         return Verdict(FAIL, f"engine is {name}")
     return Verdict(PASS, "engine is megatron")
@@ -228,7 +228,7 @@ def patches_apply(plan: Plan, f: dict) -> Verdict:
 def mimo_needs_bridge_2387(plan: Plan, f: dict) -> Verdict:
     if "mimo" not in plan.models:
         return Verdict(NA, "no MiMo model in this profile")
-    if plan.engine_dict().get("bridge") != "megatron-bridge":
+    if plan.training_engine_dict().get("bridge") != "megatron-bridge":
         return Verdict(NA, "vanilla mbridge selected")
     br = plan.component("megatron-bridge")
     if br is None:
@@ -281,7 +281,7 @@ def mbridge_mcore_017(plan: Plan, f: dict) -> Verdict:
 
 @predicate
 def mtp_context_parallel(plan: Plan, f: dict) -> Verdict:
-    cp = int(plan.engine_dict().get("context_parallel_size") or 1)
+    cp = int(plan.training_engine_dict().get("context_parallel_size") or 1)
     if cp <= 1:
         return Verdict(NA, "no context parallelism")
     if plan.component("megatron-lm") is None:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine
-from mtpimage.build.pipeline import BuildOptions, build_request
-from mtpimage.build.render import render
+from mtpimage.assembly.pipeline import BuildOptions, build_request
+from mtpimage.assembly.render import render
+from mtpimage.assembly.versionvector import LABEL_NS
 from mtpimage.engine import ocilayout
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem, InputError
-from mtpimage.outputs.versionvector import LABEL_NS
 from mtpimage.plan.model import Plan
 from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
