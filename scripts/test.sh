@@ -8,7 +8,7 @@
 # the e2e modules spend much of their time waiting on dockerd, buildah and the registries, so
 # the unit suite fits into that (a full run took 39 min one after the other on 2 cores). Each
 # pytest has its own temporary root; the e2e output streams, the unit output follows it (its
-# log is kept in $MTP_TEST_LOGS, default /tmp/mtp-test-logs), and the run fails if either does.
+# log is kept in $MTP_TEST_LOGS, default a new /tmp/mtp-test-logs.XXXXXX), and the run fails if either does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,8 @@ if [ "$#" -gt 0 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
 
-logs=${MTP_TEST_LOGS:-/tmp/mtp-test-logs}
+# one folder per run: two runs at once (two clones on one machine) must not share temp roots
+logs=${MTP_TEST_LOGS:-$(mktemp -d /tmp/mtp-test-logs.XXXXXX)}
 mkdir -p "$logs"
 unit_log=$logs/unit.log
 "${PYTEST[@]}" --basetemp "$logs/tmp-unit" tests/unit >"$unit_log" 2>&1 &
