@@ -15,6 +15,9 @@ Part of the in-image checks (run_checks.py, group native-libs); standard library
   sees: the image's LD_LIBRARY_PATH, then torch's lib dir (a torch extension loads after
   torch) and the nvidia wheels' lib dirs (TransformerEngine preloads from there). Symbols the
   Python interpreter itself provides are not missing: an extension module gets them at import.
+  Nor are those of the libraries a package loads itself before its modules (native_libs.txt
+  `preloads`: TransformerEngine's ctypes loads of nvrtc, curand and its core library), which
+  ldd -r sees only when they are preloaded (LD_PRELOAD) as the import loads them.
 
 The sys.path part (one megatron, verl, sglang, transformer_engine, the pinned one) is
 run_checks.py's launch-env one-copy check, which this group does not repeat.
@@ -56,10 +59,20 @@ class Library:
 
 
 @dataclass(frozen=True)
+class Preload:
+    """Libraries a distribution's Python package loads with ctypes (RTLD_GLOBAL) before its
+    compiled modules: their symbols are global at import, yet no DT_NEEDED names them."""
+
+    dist: str
+    sonames: tuple[str, ...]  # globs of file names
+
+
+@dataclass(frozen=True)
 class Table:
     libraries: tuple[Library, ...]
     extensions: tuple[str, ...]
     driver: tuple[str, ...]
+    preloads: tuple[Preload, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,7 @@ class TableError(ValueError):
 
 
 def read_table(path: Path = TABLE) -> Table:
-    libs, exts, driver = [], [], []
+    libs, exts, driver, preloads = [], [], [], []
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         words = raw.split("#", 1)[0].split()
         if not words:
@@ -111,12 +124,14 @@ def read_table(path: Path = TABLE) -> Table:
             exts.extend(rest)
         elif kind == "driver" and rest:
             driver.extend(rest)
+        elif kind == "preloads" and len(rest) >= 2:
+            preloads.append(Preload(rest[0], tuple(rest[1:])))
         else:
             raise TableError(
                 f"{path}:{number}: {raw.strip()!r}: want `library NAME SONAMES WHEELS`, "
-                "`extensions DIST...` or `driver SONAME...`"
+                "`extensions DIST...`, `driver SONAME...` or `preloads DIST SONAME...`"
             )
-    return Table(tuple(libs), tuple(exts), tuple(driver))
+    return Table(tuple(libs), tuple(exts), tuple(driver), tuple(preloads))
 
 
 # ----------------------------------------------------------------------------- the loader path
@@ -387,12 +402,25 @@ def ldd_one(path: str, env: dict) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def preloaded(path: str, dist: str, preloads: tuple[Preload, ...], env: dict) -> list[str]:
+    """The files `dist`'s package loads before `path` (table `preloads`), found as its import
+    finds them: beside the module, then on the loader path of `env`; the first match of each."""
+    dirs = [os.path.dirname(path)] + [d for d in (env.get("LD_LIBRARY_PATH") or "").split(":") if d]
+    out = []
+    for pattern in (s for p in preloads if p.dist == dist for s in p.sonames):
+        hit = next((f for d in dirs for f in sorted(glob.glob(os.path.join(d, pattern))) if f != path), None)
+        if hit and hit not in out:
+            out.append(hit)
+    return out
+
+
 def judge_links(
     modules: list[tuple[str, str]],
     env: dict,
     driver: tuple[str, ...],
     stubs: str | None,
     provided=_interpreter_has,
+    preloads: tuple[Preload, ...] = (),
 ) -> Verdict:
     cid = "native-libs:undefined-symbols"
     if not modules:
@@ -400,8 +428,15 @@ def judge_links(
     if not shutil.which("ldd"):
         return Verdict(cid, SKIP, "no ldd in this image")
     problems, waived = [], []
+    # what a package loads itself (ctypes, RTLD_GLOBAL) is preloaded for its modules, as at import
+    first = {path: preloaded(path, dist, preloads, env) for dist, path in modules}
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 2)) as pool:
-        runs = {path: pool.submit(ldd_one, path, env) for _d, path in modules}
+        runs = {
+            path: pool.submit(
+                ldd_one, path, {**env, "LD_PRELOAD": ":".join(first[path])} if first[path] else env
+            )
+            for _d, path in modules
+        }
     for dist, path in modules:
         _rc, text = runs[path].result()
         missing, undefined = parse_ldd(text, provided)
@@ -422,6 +457,9 @@ def judge_links(
     looked = f"ldd -r over {len(modules)} compiled modules of {', '.join(dists)}"
     if stubs:
         looked += " (no driver here: its libraries from the toolkit's stubs)"
+    shown_preloads = sorted({os.path.basename(f) for files in first.values() for f in files})
+    if shown_preloads:
+        looked += f", with what the packages load themselves first ({', '.join(shown_preloads)})"
     if waived:
         looked += f"; not judged, no driver and no stub: {'; '.join(waived)}"
     if problems:
@@ -447,5 +485,7 @@ def check(
     modules = extension_modules([*built, *table.extensions])
     with tempfile.TemporaryDirectory(prefix="mtp-stubs-") as tmp:
         stubs = stub_dir(table.driver, where, env, tmp)
-        out.append(judge_links(modules, ldd_env(where, env, stubs), table.driver, stubs))
+        out.append(
+            judge_links(modules, ldd_env(where, env, stubs), table.driver, stubs, preloads=table.preloads)
+        )
     return out

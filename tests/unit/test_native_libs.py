@@ -188,6 +188,33 @@ def test_an_undefined_symbol_in_an_extension_fails_and_a_clean_one_passes(nl, tm
 
 
 @needs_gcc
+def test_what_a_package_loads_itself_first_defines_its_modules_symbols(nl, tmp_path):
+    """TransformerEngine loads its core library (and nvrtc) with ctypes, RTLD_GLOBAL, before its
+    torch extension: the extension's transformer_engine::* symbols are defined at import though
+    no DT_NEEDED names the core. The real-stack image failed the check on exactly that (164
+    symbols); `preloads` in the table says so, and a symbol the preloaded library lacks still fails."""
+    d = tmp_path / "wheel_lib"
+    d.mkdir()
+    _gcc(d, "libtransformer_engine.so", "int te_core(void) { return 1; }\n")
+    ext = _gcc(d, "te_ext.so", "extern int te_core(void);\nint f(void) { return te_core(); }\n")
+    other = _gcc(d, "te_other.so", "extern int te_gone(void);\nint f(void) { return te_gone(); }\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": ""}
+    preloads = nl.read_table().preloads
+    assert any(
+        p.dist == "transformer-engine-torch" and "libtransformer_engine.so" in p.sonames for p in preloads
+    )
+    bare = nl.judge_links([("transformer-engine-torch", str(ext))], env, (), None)
+    assert bare.status == "fail" and "undefined symbol te_core" in bare.detail, bare
+    ok = nl.judge_links([("transformer-engine-torch", str(ext))], env, (), None, preloads=preloads)
+    assert ok.status == "pass" and "load themselves first (libtransformer_engine.so)" in ok.detail, ok
+    bad = nl.judge_links([("transformer-engine-torch", str(other))], env, (), None, preloads=preloads)
+    assert bad.status == "fail" and "undefined symbol te_gone" in bad.detail, bad
+    # another distribution's modules get no preload they did not ask for
+    alien = nl.judge_links([("flash-attn", str(ext))], env, (), None, preloads=preloads)
+    assert alien.status == "fail", alien
+
+
+@needs_gcc
 def test_a_missing_library_fails_and_the_drivers_comes_from_the_stubs(nl, tmp_path, monkeypatch):
     monkeypatch.setattr(nl, "STUB_DIRS", ())
     dep = _gcc(tmp_path, "libdep.so", "int dep(void) { return 1; }\n", "-Wl,-soname,libdep.so.1")
