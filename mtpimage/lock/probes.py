@@ -313,17 +313,17 @@ def patches_probe(plan: Plan, manifests_root: Path, ss: SourceSet) -> Verdict | 
         return None
     fail, unknown, ok = [], [], []
     for c in patched:
-        tree = ss.tree(c)
-        if tree is None:
-            why = ss.failed.get(c.name) or ss.unavailable.get(c.name, "not fetched")
-            unknown.append(f"not decided: the {c.name} source could not be fetched ({why})")
-            continue
         shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
         for p in c.patches:
+            where = f"components.{c.name}.patches"
             try:
-                with patch_files(c.name, (p,), manifests_root, f"components.{c.name}.patches") as [
-                    (path, strip)
-                ]:
+                # the patch first: where it cannot be made, the artifact is not fetched for nothing
+                with patch_files(c.name, (p,), manifests_root, where) as [(path, strip)]:
+                    tree = ss.tree(c)
+                    if tree is None:
+                        why = ss.failed.get(c.name) or ss.unavailable.get(c.name, "not fetched")
+                        unknown.append(f"not decided: the {c.name} source could not be fetched ({why})")
+                        continue
                     fits, err, how = apply_check(c, tree, path, strip)
             except PatchUnavailable as exc:
                 unknown.append(f"not decided: patch {p.describe()} could not be made ({exc.reason})")

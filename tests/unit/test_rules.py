@@ -397,11 +397,14 @@ def test_a_probe_that_probed_nothing_never_says_pass():
     assert r.status == rules.PASS
 
 
-def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed():
+def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed(tmp_path, monkeypatch):
     """#38 item 4: `check --probe-sources` with github.com unreachable: every source rule is
-    UNKNOWN, the source is listed as unfetched (so the exit is 3), with the mirror fix."""
+    UNKNOWN, the source is listed as unfetched (so the exit is 3), with the mirror fix. A cache
+    of its own: a patch this machine made earlier (a real-stack build) decided patches-apply."""
     from mtpimage.lock import probes as probes_mod
     from mtpimage.lock import sources
+
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
 
     def fetch(repo, commit):
         raise sources.GitError(
