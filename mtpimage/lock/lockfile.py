@@ -493,7 +493,7 @@ def _locked_patches(plan: Plan, lock: dict, where: str):
             p.sha256 for p in c.patches
         ]:
             return None  # the lock checked another pin or patch: it says nothing about this one
-        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        shown = c.pinned_artifact()
         for p in records:
             sha = str(p.get("sha256", ""))[:12]
             if p.get("applies") is True:

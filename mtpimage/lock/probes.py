@@ -313,7 +313,7 @@ def patches_probe(plan: Plan, manifests_root: Path, ss: SourceSet) -> Verdict | 
         return None
     fail, unknown, ok = [], [], []
     for c in patched:
-        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        shown = c.pinned_artifact()
         for p in c.patches:
             where = f"components.{c.name}.patches"
             try:

@@ -77,6 +77,13 @@ class Component:
     def pin(self) -> str:
         return self.commit if self.source == "git" else f"{self.package}=={self.version}"
 
+    def pinned_artifact(self) -> str:
+        """What a patch applies to, as the patches-apply rule names it: `sglang 0.5.12` (PyPI) or
+        `megatron-lm 5be9626709` (git)."""
+        return (
+            f"{self.package} {self.version}" if self.source == "pypi" else f"{self.name} {self.commit[:10]}"
+        )
+
     def provides(self) -> set[str]:
         return {p for patch in self.patches for p in patch.provides}
 

@@ -202,7 +202,7 @@ def patches_apply(plan: Plan, f: dict) -> Verdict:
     fail, unknown, ok = [], [], []
     for c in plan.components:
         pinned = c.version if c.source == "pypi" else c.commit
-        shown = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.name} {c.commit[:10]}"
+        shown = c.pinned_artifact()
         for p in c.patches:
             known = fits.get(p.sha256)
             if known is None:
