@@ -92,10 +92,9 @@ def make_parser() -> argparse.ArgumentParser:
         description="Build tested, reproducible verl + Megatron MTP images from manifests/.",
     )
     _common(parser, sub=False)
-    parser.add_argument("--profile", help=f"profile to build (default: {DEFAULT_PROFILE})")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="resolve, check and print the plan without Docker"
-    )
+    from mtpimage.commands import mainjob
+
+    mainjob.add_options(parser)  # the main job's own options: there and nowhere else
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = subs.add_parser("list", help="one line per profile")
@@ -131,12 +130,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     cluster.add_options(p)
 
-    # Stages after the plan live in their own modules; each adds its subcommands
-    # and its main-job options here, so cli.py stays a thin dispatcher.
+    # Stages after the plan live in their own modules; each adds its subcommands here,
+    # so cli.py stays a thin dispatcher.
     for module in command_modules():
         module.register(subs, lambda sp: _common(sp, sub=True))
-        if hasattr(module, "add_main_options"):
-            module.add_main_options(parser)
     return parser
 
 
@@ -351,7 +348,7 @@ def cmd_main(args):
     else:
         if not args.dry_run and not rules.errors(results):
             from mtpimage.assembly.pipeline import base_first, check_frozen
-            from mtpimage.commands.image import main_job
+            from mtpimage.commands.mainjob import main_job
 
             # a build that cannot start says so in one line, not after 65 lines of plan; a lock
             # that drifted is the first thing it stops on (its warning comes with the run)
@@ -364,7 +361,7 @@ def cmd_main(args):
     if args.dry_run:
         return 0
     from mtpimage.assembly.pipeline import run
-    from mtpimage.commands.image import main_job
+    from mtpimage.commands.mainjob import main_job
 
     return run(main_job(args, m, plan))
 

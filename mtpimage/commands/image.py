@@ -4,7 +4,8 @@
   python build.py test --profile NAME [--image REF] [--gpu] [--full-checks]
   python build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
 
-The main job itself is pipeline.py's; this module parses its options into a MainJob.
+The main job itself is pipeline.py's; its command line is commands/mainjob.py's. The build
+options it shares with `test` (add_build_arguments) are registered here.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from mtpimage.assembly.pipeline import BuildOptions, MainJob, TestsFailed, build_image, run_tests
+from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, run_tests
 from mtpimage.assembly.render import render
 from mtpimage.engine import ENGINES
-from mtpimage.errors import InputError
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
-from mtpimage.publish.imageref import Registry
 
 
 def _say(msg: str) -> None:
@@ -72,30 +71,6 @@ def build_options_from_args(args) -> BuildOptions:
         no_cache=getattr(args, "no_cache", False),
         cache_from=tuple(getattr(args, "cache_from", None) or ()),
         cache_to=tuple(getattr(args, "cache_to", None) or ()),
-    )
-
-
-def main_job(args, manifests, plan) -> MainJob:
-    """The main job's options (`build.py --profile NAME ...`) as a MainJob."""
-    reg = None
-    if args.push or args.registry:
-        if not (args.push and args.registry):
-            raise InputError(
-                "--push",
-                None,
-                "--push and --registry go together",
-                "use --push --registry HOST[:PORT]/NAMESPACE",
-            )
-        reg = Registry.parse(args.registry)
-    return MainJob(
-        manifests=manifests,
-        plan=plan,
-        frozen=getattr(args, "frozen", None),
-        registry=reg,
-        build=build_options_from_args(args),
-        gpu=getattr(args, "gpu", False),
-        full_checks=getattr(args, "full_checks", False),
-        summary_file=getattr(args, "summary_file", None),
     )
 
 
@@ -165,7 +140,7 @@ def cmd_test(args) -> int:
 
 
 # ----------------------------------------------------------------------------- plug-in
-def _add_build_arguments(p: argparse.ArgumentParser, main: bool) -> None:
+def add_build_arguments(p: argparse.ArgumentParser, main: bool) -> None:
     """The build's command-line arguments (--ca-bundle, --netrc, --builder, --progress,
     --reproducible, --no-cache, --gpu, --full-checks) on the main job's parser or, without
     their defaults, on a subcommand's; build_options_from_args() reads them."""
@@ -245,7 +220,7 @@ def register(subparsers, add_common) -> None:
     add_common(p)
     p.add_argument("--profile", required=True)
     p.add_argument("--image", help="image to test (default: the profile's identity tag; built if missing)")
-    _add_build_arguments(p, main=False)
+    add_build_arguments(p, main=False)
     p.set_defaults(
         func=cmd_test,
         gpu=False,
@@ -258,27 +233,3 @@ def register(subparsers, add_common) -> None:
         engine=None,
         registry_mirror=None,
     )
-
-
-def add_main_options(parser) -> None:
-    parser.add_argument(
-        "--cache-from",
-        action="append",
-        metavar="SPEC",
-        help="BuildKit cache source, e.g. type=registry,ref=REG/mtp-verl:buildcache (repeatable)",
-    )
-    parser.add_argument(
-        "--cache-to",
-        action="append",
-        metavar="SPEC",
-        help="BuildKit cache export (buildx only), e.g. type=registry,ref=...,mode=max",
-    )
-    parser.add_argument(
-        "--summary-file",
-        type=Path,
-        metavar="PATH",
-        help="write a JSON summary (profile, image, pushed, references, digest) for CI",
-    )
-    parser.add_argument("--push", action="store_true", help="push after the tests pass (needs --registry)")
-    parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="registry to publish to")
-    _add_build_arguments(parser, main=True)

@@ -40,7 +40,7 @@ from mtpimage.lock.locker import exclusive, lock
 from mtpimage.mirrors import Mirrors
 from mtpimage.plan.load import load, load_for
 
-__all__ = ["register", "add_main_options", "cmd_lock"]
+__all__ = ["register", "cmd_lock"]
 
 
 def register(subparsers, add_common) -> None:
@@ -81,17 +81,6 @@ def register(subparsers, add_common) -> None:
 
     add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
     p.set_defaults(func=cmd_lock)
-
-
-def add_main_options(parser) -> None:
-    parser.add_argument(
-        "--frozen",
-        dest="frozen",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="stop when manifests/ and manifests/lock.yaml disagree (default: on when "
-        "lock.yaml exists; --frozen also requires it to exist)",
-    )
 
 
 def cmd_lock(args) -> int:
