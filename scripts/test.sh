@@ -33,7 +33,8 @@ unit_pid=$!
 trap 'kill "$unit_pid" 2>/dev/null || true' EXIT INT TERM
 echo "unit tests: running beside the e2e tests (pid $unit_pid, log $unit_log)"
 e2e_rc=0
-"${PYTEST[@]}" --basetemp "$logs/tmp-e2e" tests/e2e || e2e_rc=$?
+# the slowest e2e tests are listed at the end: where CI time goes, in every CI log
+"${PYTEST[@]}" --basetemp "$logs/tmp-e2e" --durations=25 --durations-min=20 tests/e2e || e2e_rc=$?
 unit_rc=0
 wait "$unit_pid" || unit_rc=$?
 trap - EXIT INT TERM
