@@ -15,9 +15,11 @@ base by its digest.
      is the one rendered without mirrors.
   2. The mirror serving a wheel whose sha256 is not the lock's, an index mirror that does
      not answer, and a registry mirror without the base: each one line naming the setting.
-  3. `--reproducible` (buildah): built with the origins up and no mirror, then with the
-     origins stopped and only the mirrors: the same image digest; `verify` rebuilds it through
-     the mirrors and finds it identical.
+  3. `--reproducible` (buildah): built and pushed with the origins up and no mirror; then,
+     with the origins stopped, `verify` rebuilds it through the mirrors alone and finds every
+     layer, the config and the manifest digest identical: the image built through a mirror is
+     bit for bit the one built without. (verify's rebuild is the build through the mirrors; a
+     separate build and push through them proved nothing more and cost a CI minute.)
 """
 
 from __future__ import annotations
@@ -403,15 +405,14 @@ def test_through_the_mirrors_the_reproducible_image_is_bit_for_bit_the_one_witho
         "MTP_INDEX_REWRITE": f"{origins['index'].url_for('simple')}={with_token(world['mirror'])}",
         "MTP_REGISTRY_MIRROR": f"{origins['address']}={world['mirror_registry']}",
     }
-    second = _build_and_push(origins, f"mirrors-b-{uuid.uuid4().hex[:6]}", tmp_path, **mirrors)
-    assert "mirrors " in second["proc"].stdout
-    assert first["image"] == second["image"]  # one identity
-    assert first["digest"] == second["digest"], (first["digest"], second["digest"])
-    print(f"digest without mirrors {first['digest']}, through them {second['digest']}")
-    assert TOKEN not in second["proc"].stdout + second["proc"].stderr
-
-    # verify's rebuild, through the mirrors too (the origins are still down)
-    ref = f"{second['references'][0].rsplit(':', 1)[0]}@{second['digest']}"
+    # verify's rebuild is a clean reproducible build through the mirrors alone (the origins
+    # are down), compared layer by layer and by manifest digest with the published image
+    ref = f"{first['references'][0].rsplit(':', 1)[0]}@{first['digest']}"
     proc = cli(origins, "verify", "--profile", PROFILE, "--image", ref, **mirrors)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "mirrors " in proc.stderr  # the rebuild did go through them (verify says its build on stderr)
     assert proc.stdout.rstrip().splitlines()[-1].startswith("identical: ")
+    assert first["digest"] in proc.stdout, proc.stdout[-2000:]
+    print(f"digest without mirrors {first['digest']}; verify's rebuild through them: identical")
+    assert TOKEN not in out
