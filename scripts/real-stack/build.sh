@@ -6,6 +6,8 @@
 #   - only where asked for, MTP_OMIT_PACKAGES (the compiled extensions are built, not omitted).
 #
 #   scripts/real-stack/build.sh [PROFILE ...]     (default: every shipped profile)
+#   MTP_REAL_STACK_BUILD_ARGS="--reproducible --push --registry 127.0.0.1:5000/NS" scripts/real-stack/build.sh P
+#                                                 (more main-job options, split on spaces)
 #
 # Every profile runs; the exit status is 1 when any failed, each named on stderr as
 # `failed: PROFILE (exit N)`. Logs and summaries go to $MTP_REAL_STACK_OUT (out/real-stack).
@@ -36,8 +38,9 @@ for p in "${profiles[@]}"; do
     echo "== $p (base $MTP_SUBSTITUTE_BASE; omitted $MTP_OMIT_PACKAGES)"
     start=$(date +%s)
     set +e
+    # shellcheck disable=SC2086  # the extra options are meant to split on spaces
     "$PY" build.py --profile "$p" --ca-bundle "$CA" --progress plain --summary-file "$OUT/$p.json" \
-        > "$OUT/$p.log" 2>&1
+        ${MTP_REAL_STACK_BUILD_ARGS:-} > "$OUT/$p.log" 2>&1
     rc=$?
     set -e
     echo "$p: exit $rc in $(( $(date +%s) - start )) s (log: $OUT/$p.log)"
