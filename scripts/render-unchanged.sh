@@ -10,11 +10,11 @@
 # renders on the stand-in base. Exit 1 when any commit changed a rendered byte (the files that
 # differ are listed), 0 when none did.
 set -u
-cd "$(git rev-parse --show-toplevel)"
+cd "$(git rev-parse --show-toplevel)" || exit 2
 PY=${PYTHON:-$PWD/.venv/bin/python}
 work=$(mktemp -d /tmp/render-unchanged.XXXXXX)
 trap 'git worktree prune; rm -rf "$work"' EXIT
-profiles=$(cd manifests/profiles && ls *.yaml | sed 's/\.yaml$//' | grep -v '^base$')
+profiles=$(find manifests/profiles -maxdepth 1 -name '*.yaml' ! -name base.yaml -printf '%f\n' | sed 's/\.yaml$//' | sort)
 changed=0
 for c in "$@"; do
   for side in parent this; do
@@ -28,7 +28,7 @@ for c in "$@"; do
   done
   n=$(find "$work/$c/this" -type f | wc -l)
   if diff -rq "$work/$c/parent" "$work/$c/this" >"$work/diff"; then
-    echo "$c: identical ($n files over $(echo $profiles | wc -w) profiles)"
+    echo "$c: identical ($n files over $(echo "$profiles" | wc -w) profiles)"
   else
     changed=1; echo "$c: CHANGED"; sed 's/^/  /' "$work/diff" | head -20
   fi
