@@ -39,8 +39,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -154,6 +156,30 @@ def sweep_stale(parent: Path) -> list[str]:
     return gone
 
 
+# A layout younger than this is never pruned: another build may have moved it in and not yet
+# loaded its image into dockerd (build(): os.replace, then _load).
+LAYOUT_GRACE_S = 3600
+
+
+def prune_layouts(layouts: Path, has_image, now: float, grace_s: float = LAYOUT_GRACE_S) -> list[str]:
+    """Remove the kept layouts whose image dockerd no longer has. A layout is what this
+    engine pushes and what makes a local image count as its own (image_id, push, history);
+    without the image in dockerd it serves nothing, and one of a real-stack image is 14 GB
+    (they piled up under MTP_CACHE_DIR/oci until the disk ran out). `has_image(image_id)`
+    asks dockerd. Returns the names removed."""
+    if not layouts.is_dir():
+        return []
+    gone = []
+    for entry in sorted(layouts.iterdir()):
+        if not (entry.is_dir() and re.fullmatch(r"[0-9a-f]{64}", entry.name)):
+            continue  # not a layout this engine kept
+        if now - entry.stat().st_mtime < grace_s or has_image(f"sha256:{entry.name}"):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        gone.append(entry.name)
+    return gone
+
+
 def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
     """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
     registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
@@ -205,6 +231,13 @@ class BuildahEngine(ContainerEngine):
     def build(self, req: BuildRequest, log_path: Path | None = None, echo: bool = True) -> str:
         if req.output_dir:  # a compiled extension's builder stage: its wheel is what counts
             return self.docker.build(req, log_path, echo)
+        # the space of layouts whose image is gone from dockerd, before this build needs it
+        for name in prune_layouts(self.layouts, lambda i: self.docker.image_id(i) == i, time.time()):
+            if echo:
+                print(
+                    f"pruned  the kept layout of sha256:{name[:12]} (its image is gone from dockerd)",
+                    file=sys.stderr,  # stdout may be a --json document
+                )
         with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
             janitor.guard(Path(tmp))
             layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
