@@ -22,7 +22,7 @@ from mtpimage.errors import (
 )
 from mtpimage.manifests.modelconfig import model_warnings
 from mtpimage.outputs.report import print_checks, print_plan
-from mtpimage.plan import rules
+from mtpimage.plan import mtponly, rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, verl_facts
 
@@ -268,10 +268,10 @@ def cmd_explain(args) -> int:
     overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
-    from mtpimage.plan.model import mode_guarantees, transformer_settings
+    from mtpimage.plan.model import mode_guarantees
 
-    guarantees = mode_guarantees(plan.mode, plan.recompute)
-    settings = transformer_settings(plan.mode, plan.recompute)
+    guarantees = mode_guarantees(plan)
+    recipe = mtponly.report(plan.mode, plan.components, rules.facts_for(m.root))
     if args.json:
         print(
             json.dumps(
@@ -283,9 +283,7 @@ def cmd_explain(args) -> int:
                     "overrides": overrides,
                     "choose_when": plan.choose_when,
                     "guarantees": guarantees,
-                    "settings": [
-                        {"key": t["key"], "why": t["why"].strip(), "link": t["link"]} for t in settings
-                    ],
+                    "recipe": recipe.to_dict() if recipe is not None else None,
                     "warnings": notes,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
@@ -300,8 +298,8 @@ def cmd_explain(args) -> int:
         print(f"# choose it when: {plan.choose_when}")
     for text in guarantees:
         print(f"# guarantees: {text.strip()}")
-    for t in settings:
-        print(f"# setting {t['key']}={t['value']}: {t['why'].strip()} ({t['link']})")
+    for line in recipe.lines() if recipe is not None else ():
+        print(f"# {line}")
     print(f"# image: {image_of(plan, m.root)}")
     from mtpimage.outputs.report import resolution_lines
 

@@ -11,9 +11,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from mtpimage.manifests import schema
+from mtpimage.manifests import schema, sitefacts
 from mtpimage.manifests.manifest import Manifests, ResolvedProfile
 from mtpimage.manifests.modes import mode_overrides, verl_facts
+from mtpimage.plan import mtponly
+from mtpimage.plan.facts import tool_facts
 from mtpimage.settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
 
 PLAN_SCHEMA = "mtp-image-builder/plan/v1"
@@ -213,6 +215,9 @@ class Plan:
     # target -> the Hydra override lines verl's trainer is started with (`explain` prints them)
     verl_cli_overrides: tuple[tuple[str, tuple[str, ...]], ...]
     size_budget_gb: float | None = None
+    # mtp-only modes: the id of the verl.yaml mtp_only_recipes entry the overrides follow
+    # (mtponly.choose); "" for the others (then absent from to_dict: their digests keep)
+    mtp_recipe: str = ""
     # component or package -> the fields the profile's stack.overrides or --set changed
     profile_overridden_fields: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     # every Python distribution lock.yaml resolved for this image, with its file (see lockfile)
@@ -268,6 +273,7 @@ class Plan:
             "builder_os_packages",
             "base_platform",
             "os_remove",
+            "mtp_recipe",
         ):  # absent when unused
             if not d[key]:
                 del d[key]
@@ -329,12 +335,19 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def verl_override_lines(mode: str, target: str, training_engine: dict, rollout_engine: str) -> list[str]:
-    """The exact Hydra overrides for a mode and target, MTP block first (upstream's order)."""
+def verl_override_lines(
+    mode: str, target: str, training_engine: dict, rollout_engine: str, recipe: mtponly.Recipe | None = None
+) -> list[str]:
+    """The exact Hydra overrides for a mode and target, MTP block first (upstream's order).
+    recipe: how an mtp-only mode is configured on the pinned stack (mtponly.choose): its
+    detach_encoder value replaces the mode's, and its TransformerConfig settings follow."""
     facts = verl_facts()
     keys = facts["engine_keys"][target]
     prefix = facts["mtp_prefix"][target]
-    lines = [f"{prefix}{k}={v}" for k, v in mode_overrides(mode)]
+    fields = mode_overrides(mode)
+    if recipe is not None:
+        fields = [(k, recipe.detach_encoder if k == "detach_encoder" else v) for k, v in fields]
+    lines = [f"{prefix}{k}={v}" for k, v in fields]
     lines += [f"{k}={training_engine['name']}" for k in keys["engine"]]
     if training_engine.get("bridge") == "mbridge":
         lines += [f"{k}=True" for k in keys["vanilla_mbridge"]]
@@ -349,35 +362,21 @@ def verl_override_lines(mode: str, target: str, training_engine: dict, rollout_e
             lines.append(f"{tc}recompute_method={recompute['method']}")
         if recompute.get("num_layers"):
             lines.append(f"{tc}recompute_num_layers={recompute['num_layers']}")
-    for setting in transformer_settings(mode, recompute):
-        lines.append(f"{'+' if setting.get('new_key') else ''}{tc}{setting['key']}={setting['value']}")
+    for setting in recipe.transformer if recipe is not None else ():
+        lines.append(f"{'+' if setting.new_key else ''}{tc}{setting.key}={setting.value}")
     lines += [f"{k}={rollout_engine}" for k in keys["rollout_name"]]
     return lines
 
 
-def _setting_wanted(setting: dict, mode: str) -> bool:
-    fields = dict(mode_overrides(mode))
-    return all(fields.get(k) == str(v) for k, v in (setting.get("when") or {}).items())
-
-
-def transformer_settings(mode: str, recompute: dict | None) -> list[dict]:
-    """verl.yaml `transformer_settings` that the mode takes with this recompute setting."""
-    granularity = (recompute or {}).get("granularity")
-    return [
-        s
-        for s in verl_facts().get("transformer_settings", [])
-        if _setting_wanted(s, mode) and not (granularity and granularity == s.get("unless_recompute"))
-    ]
-
-
-def mode_guarantees(mode: str, recompute: dict | None) -> list[str]:
-    """What a mode promises on the pinned stack, from the settings it takes or leaves out."""
-    taken = {s["key"] for s in transformer_settings(mode, recompute)}
-    return [
-        s["guarantee"] if s["key"] in taken else s["guarantee_without"]
-        for s in verl_facts().get("transformer_settings", [])
-        if _setting_wanted(s, mode)
-    ]
+def mode_guarantees(plan: Plan) -> list[str]:
+    """What the plan's mode promises on its pins, from the mtp-only recipe it takes: the exact
+    promise, or what an inexact recipe gives up. Empty for modes without mtp-only semantics."""
+    if not plan.mtp_recipe:
+        return []
+    recipe = mtponly.by_id(plan.mtp_recipe)
+    if recipe.exact:
+        return [mtponly.guarantee()]
+    return [f"NOT exact on these pins ({recipe.why}): {recipe.loses}"]
 
 
 def _extension_build(b: dict | None) -> ExtensionBuild | None:
@@ -471,8 +470,11 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             layers.append(Layer(layer, tuple(items)))
     layers.append(Layer(MODE_LAYER, ()))
     training_engine = data["engine"]
+    # the facts a site added (manifests/facts.yaml) decide the recipe as they decide the rules
+    choice = mtponly.choose(data["mode"], components, sitefacts.load(m.root, tool_facts()).facts)
+    recipe = choice.recipe if choice is not None else None
     verl_cli_overrides = tuple(
-        (t, tuple(verl_override_lines(data["mode"], t, training_engine, data["rollout"]["engine"])))
+        (t, tuple(verl_override_lines(data["mode"], t, training_engine, data["rollout"]["engine"], recipe)))
         for t in data["targets"]
     )
     return Plan(
@@ -496,6 +498,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         packages=packages,
         layers=tuple(layers),
         verl_cli_overrides=verl_cli_overrides,
+        mtp_recipe=recipe.id if recipe is not None else "",
         size_budget_gb=data.get("size_budget_gb"),
         profile_overridden_fields=tuple(sorted((k, tuple(v)) for k, v in rp.overridden_fields.items())),
         resolution_overrides=tuple(

@@ -14,14 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 
-import yaml
 from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
 from mtpimage.manifests import modes
+from mtpimage.plan.facts import rules_data
 from mtpimage.plan.model import Plan
 
 PASS, FAIL, NA, UNKNOWN = "pass", "fail", "n/a", "unknown"
@@ -65,9 +63,8 @@ class RuleResult:
         }
 
 
-@cache
 def _data() -> dict:
-    return yaml.safe_load(resources.files("mtpimage.data").joinpath("rules.yaml").read_text())
+    return rules_data()
 
 
 def facts() -> dict:
