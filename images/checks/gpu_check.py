@@ -138,6 +138,7 @@ class Plan:
     source: str  # "--mode" or the version-vector path
     checks: tuple[CheckSpec, ...]
     engine: dict
+    settings: TrainingSettings | None = None  # the profile's, from its overrides
 
 
 ENV_CHECKS = (
@@ -254,11 +255,16 @@ def load_version_vector(path: str) -> dict:
     return data
 
 
-def resolve_plan(mode: str | None, version_vector: str | None, world_size: int = 1) -> Plan:
-    """--mode wins; without it the mode and engine come from the version vector."""
+def resolve_plan(
+    mode: str | None, version_vector: str | None, world_size: int = 1, overrides: str | None = None
+) -> Plan:
+    """--mode wins; without it the mode and engine come from the version vector. The profile's
+    training settings come from its overrides (--overrides, else the image's own file); a --mode
+    run takes them only from --overrides (else upstream's switch: detach_encoder for mtp-only)."""
     if mode is not None:
         engine = {"context_parallel_size": 2 if mode in ("cp-recompute", "all") else 1, "recompute": {}}
-        return Plan(mode, "--mode", tuple(checks_for_mode(mode, world_size=world_size)), engine)
+        settings = load_overrides(overrides) if overrides else None
+        return Plan(mode, "--mode", tuple(checks_for_mode(mode, world_size=world_size)), engine, settings)
     path = version_vector or DEFAULT_VERSION_VECTOR
     data = load_version_vector(path)
     vmode, engine = parse_version_vector(data, origin=path)
@@ -270,7 +276,152 @@ def resolve_plan(mode: str | None, version_vector: str | None, world_size: int =
         world_size=world_size,
         cp_requested=engine["context_parallel_size"],
     )
-    return Plan(vmode, path, tuple(checks), engine)
+    return Plan(vmode, path, tuple(checks), engine, load_overrides(overrides))
+
+
+# -- the profile's own training settings, read from the overrides verl is started with ---------
+
+DEFAULT_OVERRIDES = ("/opt/mtp/verl/sft.overrides", "/opt/mtp/verl/rl.overrides")
+# TransformerConfig fields of a profile's override_transformer_config that change which
+# parameters the MTP loss reaches (mtp_detach_heads) or how the MTP layer runs (recompute_*):
+# the check's tiny model takes exactly these from the profile. The model's size, dtype and
+# parallelism stay the check's own.
+MODEL_SETTINGS = ("mtp_detach_heads", "recompute_granularity", "recompute_method", "recompute_num_layers")
+TRANSFORMER_PREFIX = "override_transformer_config."
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """What the profile's verl overrides say about the MTP gradient path: MtpConfig's
+    detach_encoder (verl then swaps in its _get_embeddings copy: patch_engine_mtp) and the
+    TransformerConfig settings of MODEL_SETTINGS. source: the overrides file, or why none."""
+
+    detach_encoder: bool
+    transformer: tuple[tuple[str, Any], ...] = ()
+    source: str = ""
+
+    def config(self) -> dict:
+        return dict(self.transformer)
+
+    @property
+    def recompute(self) -> bool:
+        return self.config().get("recompute_granularity") == "full"
+
+    def describe(self) -> str:
+        parts = [f"detach_encoder={self.detach_encoder}"] + [f"{k}={v}" for k, v in self.transformer]
+        return ", ".join(parts) + (f" ({self.source})" if self.source else "")
+
+
+def _value(text: str) -> Any:
+    if text in ("True", "true"):
+        return True
+    if text in ("False", "false"):
+        return False
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
+
+
+def parse_overrides(lines: Iterable[str], source: str = "") -> TrainingSettings:
+    """TrainingSettings from Hydra override lines (what `explain` prints, one per line)."""
+    detach = False
+    transformer: dict[str, Any] = {}
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.lstrip("+~").partition("=")
+        if key.endswith(".mtp.detach_encoder"):
+            detach = _value(value) is True
+        elif TRANSFORMER_PREFIX in key:
+            field = key.split(TRANSFORMER_PREFIX, 1)[1]
+            if field in MODEL_SETTINGS:
+                transformer[field] = _value(value)
+    return TrainingSettings(detach, tuple(sorted(transformer.items())), source)
+
+
+def load_overrides(path: str | None) -> TrainingSettings | None:
+    """The profile's settings from --overrides, else the image's own overrides file; None
+    where there is none (a --mode run outside an image)."""
+    candidates = [path] if path else list(DEFAULT_OVERRIDES)
+    for candidate in candidates:
+        try:
+            text = Path(candidate).read_text(encoding="utf-8")
+        except OSError as exc:
+            if path:
+                raise UsageError(f"cannot read overrides {path}: {exc.strerror or exc}") from exc
+            continue
+        return parse_overrides(text.splitlines(), candidate)
+    return None
+
+
+# Parameter groups of the tiny GPTModel, by name prefix. The output layer is the main head's
+# (untied embeddings): the MTP block's logits go through it too, so "the MTP loss reaches MTP
+# parameters only" must count it.
+GROUPS = ("embedding", "decoder", "output_layer", "mtp")
+RULE_MTP_LOSS_LEAK = "mtp-loss-leak"
+
+
+@dataclasses.dataclass(frozen=True)
+class GradRecord:
+    """Gradients of the MTP loss alone (the main loss scaled by 0), per parameter group:
+    the L2 norm, and how many parameters got a non-zero gradient out of how many."""
+
+    norms: tuple[tuple[str, float], ...]  # group -> L2 norm
+    nonzero: tuple[tuple[str, int], ...]  # group -> parameters with a non-zero gradient
+    total: tuple[tuple[str, int], ...]  # group -> parameters
+
+    def norm(self, group: str) -> float:
+        return dict(self.norms).get(group, 0.0)
+
+    def count(self, group: str) -> tuple[int, int]:
+        return dict(self.nonzero).get(group, 0), dict(self.total).get(group, 0)
+
+    def describe(self) -> str:
+        cells = []
+        for g in GROUPS:
+            n, t = self.count(g)
+            cells.append(f"{g} {n}/{t} ({self.norm(g):.3e})")
+        return "MTP-loss-only gradients: " + ", ".join(cells)
+
+    def as_dict(self) -> dict:
+        return {
+            g: {"norm": self.norm(g), "with_grad": self.count(g)[0], "params": self.count(g)[1]}
+            for g in GROUPS
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GradRecord:
+        return cls(
+            tuple((g, float(d[g]["norm"])) for g in GROUPS if g in d),
+            tuple((g, int(d[g]["with_grad"])) for g in GROUPS if g in d),
+            tuple((g, int(d[g]["params"])) for g in GROUPS if g in d),
+        )
+
+
+def judge_mtp_loss_gradients(contract: str, rec: GradRecord) -> CheckFailure | None:
+    """The mode's gradient contract on the MTP loss alone; None when it holds.
+      full      every MTP parameter and the decoder get gradient (the loss reaches the trunk)
+      mtp-only  every MTP parameter gets gradient; the embedding, the decoder and the output
+                layer get exactly none (upstream's promise: MTP parameters only)
+    A MTP parameter without gradient is the silent stop (rule mtp-no-gradient), whatever the mode."""
+    with_grad, mtp_total = rec.count("mtp")
+    if mtp_total == 0:
+        return CheckFailure("model has no MTP parameters (mtp.*)")
+    if with_grad < mtp_total:
+        return CheckFailure(
+            f"{MSG_MTP_NO_GRADIENT}: {mtp_total - with_grad}/{mtp_total} without gradient; {rec.describe()}",
+            RULE_MTP_NO_GRADIENT,
+        )
+    if contract == "full" and not rec.norm("decoder") > 0.0:
+        return CheckFailure(f"full: the MTP loss gave no gradient to the decoder; {rec.describe()}")
+    if contract == "mtp-only":
+        leaked = [g for g in ("embedding", "decoder", "output_layer") if rec.count(g)[0] or rec.norm(g)]
+        if leaked:
+            return CheckFailure(
+                f"mtp-only: the MTP loss reached {', '.join(leaked)}; {rec.describe()}", RULE_MTP_LOSS_LEAK
+            )
+    return None
 
 
 def classify_exception(exc: BaseException) -> tuple[str | None, str]:
@@ -444,7 +595,9 @@ def precision_plan(cp: int, *, reference: bool = False, te: bool = False) -> Pre
     return PrecisionPlan(cp, "bfloat16", ATTN_TE, why)
 
 
-def transformer_config_kwargs(plan: PrecisionPlan, recompute: bool) -> dict:
+def transformer_config_kwargs(
+    plan: PrecisionPlan, recompute: bool, settings: TrainingSettings | None = None
+) -> dict:
     """megatron TransformerConfig keyword arguments of the check's tiny model.
 
     params_dtype is a torch dtype NAME here (the GPU part maps it with getattr(torch, ...)),
@@ -464,8 +617,15 @@ def transformer_config_kwargs(plan: PrecisionPlan, recompute: bool) -> dict:
         params_dtype=plan.dtype,
         bf16=plan.dtype == "bfloat16",
     )
+    profile = settings.config() if settings is not None else {}
+    if "mtp_detach_heads" in profile:
+        kw["mtp_detach_heads"] = bool(profile["mtp_detach_heads"])
     if recompute:
-        kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        kw.update(
+            recompute_granularity="full",
+            recompute_method=profile.get("recompute_method", "uniform"),
+            recompute_num_layers=profile.get("recompute_num_layers", 1),
+        )
     return kw
 
 
@@ -627,6 +787,8 @@ class Runner:
         self.cp_now: int | None = None
         self.mtp_patch = None
         self.mtp_patch_source = "not loaded"
+        self.settings: TrainingSettings | None = None  # the profile's (set by run_gpu_part)
+        self.records: dict[str, GradRecord] = {}  # check name -> its MTP-loss-only gradients
 
     # -- process group / parallel state -------------------------------------------------
     def init_dist(self) -> None:
@@ -718,7 +880,7 @@ class Runner:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
         from megatron.core.transformer.transformer_config import TransformerConfig
 
-        kw = transformer_config_kwargs(plan, recompute)
+        kw = transformer_config_kwargs(plan, recompute, self.settings)
         kw["params_dtype"] = getattr(torch, kw["params_dtype"])
         config = TransformerConfig(**kw)
         if plan.needs_te:
@@ -960,12 +1122,13 @@ class Runner:
 
         MTPLossAutoScaler.set_loss_scale(torch.tensor(1.0, device=self.device))
         model = self.build_model(spec.recompute, plan)
-        detach = sem == "mtp-only"
+        # verl's detach_encoder as the profile sets it (patch_engine_mtp swaps in verl's
+        # _get_embeddings copy only then); upstream's switch where no profile says
+        detach = self.settings.detach_encoder if self.settings is not None else sem == "mtp-only"
         how = self.apply_patches(model, detach)
         named = dict(model.named_parameters())
         mtp = {n: p for n, p in named.items() if n.startswith("mtp.")}
         trunk = {n: p for n, p in named.items() if n.startswith(("decoder.", "embedding."))}
-        head = {n: p for n, p in named.items() if n.startswith("output_layer.")}
         if not mtp:
             raise CheckFailure("model has no MTP parameters (mtp.*)")
         bad_names = [n for n in mtp if not n.startswith("mtp.layers.0.")]
@@ -1042,30 +1205,24 @@ class Runner:
         main = parts[0] / parts[1]
         (main * 0.0).backward()
         _sync(torch, self.device)
-        no_grad = [n for n, p in mtp.items() if p.grad is None or not bool(torch.any(p.grad != 0))]
-        trunk_norm = _grad_norm(torch, trunk.values())
-        dec_norm = _grad_norm(torch, [p for n, p in trunk.items() if n.startswith("decoder.")])
-        emb_norm = _grad_norm(torch, [p for n, p in trunk.items() if n.startswith("embedding.")])
-        head_norm = _grad_norm(torch, head.values())
-        mtp_norm = _grad_norm(torch, mtp.values())
-        grads = (
-            f"MTP-loss-only grad norms{' (this rank)' if spec.cp > 1 else ''}: mtp {mtp_norm:.3e}, "
-            f"decoder {dec_norm:.3e}, embedding {emb_norm:.3e}, output_layer {head_norm:.3e}"
+        grads_of = {g: {n: p for n, p in named.items() if n.startswith(g + ".")} for g in GROUPS}
+        record = GradRecord(
+            tuple((g, _grad_norm(torch, ps.values())) for g, ps in grads_of.items()),
+            tuple(
+                (g, sum(p.grad is not None and bool(torch.any(p.grad != 0)) for p in ps.values()))
+                for g, ps in grads_of.items()
+            ),
+            tuple((g, len(ps)) for g, ps in grads_of.items()),
         )
-        if no_grad:
-            raise CheckFailure(
-                f"{MSG_MTP_NO_GRADIENT}: {len(no_grad)}/{len(mtp)} (e.g. {no_grad[0]}); {grads}; {how}",
-                RULE_MTP_NO_GRADIENT,
-            )
-        if sem == "full" and not (dec_norm > 0.0):
-            raise CheckFailure(f"full: the MTP loss gave no gradient to the decoder; {grads}")
-        if sem == "mtp-only" and trunk_norm != 0.0:
-            leaked = [n for n, p in trunk.items() if p.grad is not None and bool(torch.any(p.grad != 0))]
-            raise CheckFailure(
-                f"mtp-only: the MTP loss reached {len(leaked)} trunk parameters (e.g. {leaked[0]}); {grads}; {how}"
-            )
+        self.records[spec.name] = record
+        grads = record.describe() + (" (this rank)" if spec.cp > 1 else "")
+        failure = judge_mtp_loss_gradients(sem, record)
+        if failure is not None:
+            raise CheckFailure(f"{failure}; {how}", failure.rule)
         details.append(grads)
         details.append(f"all {len(mtp)} MTP params non-zero")
+        if self.settings is not None:
+            details.append("profile settings: " + self.settings.describe())
         got = g_mtp = None
         if spec.cp > 1:
             got, g_mtp = self.step1_metrics(
@@ -1277,11 +1434,13 @@ def run_gpu_part(plan: Plan, args: argparse.Namespace, log) -> tuple[list[CheckR
         if runner.cpu_debug:
             runner.cpu_debug_shims()
         runner.load_mtp_patch()
+        runner.settings = plan.settings
         env = gpu_env(runner)
         for spec in plan.checks:
             fn = runner.run_env_check if spec.kind == "env" else runner.run_training_check
             results.append(_run_one(fn, spec, log))
         runner.shutdown()
+    env["gradients"] = {name: rec.as_dict() for name, rec in runner.records.items()}
     env["seconds"] = round(time.time() - t0, 2)
     return results, env
 
@@ -1335,9 +1494,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-verl", action="store_true", help="debug: use the local detach even if verl is installed"
     )
     ap.add_argument(
+        "--cpu-model",
         "--debug-cpu-model",
+        dest="debug_cpu_model",
         action="store_true",
-        help="debug: run the model checks on CPU with a gloo group (no CUDA/NCCL checks); for development",
+        help="run the model checks on the CPU with a gloo group (no CUDA/NCCL checks, CP=1 only): the "
+        "gradient contract on a builder without a GPU (run_checks.py's mtp-grad group)",
+    )
+    ap.add_argument(
+        "--overrides",
+        help="the profile's verl overrides (detach_encoder, override_transformer_config.*) the model "
+        f"takes; default: the image's own ({', '.join(DEFAULT_OVERRIDES)}), only without --mode",
     )
     return ap.parse_args(argv)
 
@@ -1353,13 +1520,16 @@ def main(argv: list[str] | None = None) -> int:
 
     world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
     try:
-        plan = resolve_plan(args.mode, args.version_vector, world_size)
+        plan = resolve_plan(args.mode, args.version_vector, world_size, args.overrides)
     except UsageError as exc:
         log(f"gpu_check: error: {exc}")
         return EXIT_USAGE
 
     env = static_env()
     env["engine"] = plan.engine
+    env["settings"] = (
+        plan.settings.describe() if plan.settings is not None else "upstream's switches (no overrides)"
+    )
     gpu_skipped: str | None = None
     if args.cpu_only:
         gpu_skipped = "--cpu-only given"
