@@ -25,6 +25,11 @@ Checks (each reports pass, fail or skip, with a detail and its time in seconds):
   native-libs    native_libs.py: each native library of native_libs.txt (NCCL, cuDNN, cuBLAS,
                  cudart, nvrtc) one copy on the loader path, the lock's wheel's; `ldd -r`
                  finds no undefined symbol in the compiled extensions (docs/site-checks.md)
+  mtp-grad       the mode's gradient contract on the CPU (gloo), before any tag:
+                 images/checks/gpu_check.py --cpu-model with this image's megatron-core,
+                 its verl's MTP patch and the profile's overrides (/opt/mtp/verl/*.overrides);
+                 mtp-only: gradient to the MTP block only, the output layer counted, with
+                 and without full recompute (skipped where torch or megatron is absent)
   gpu            images/checks/gpu_check.py, only with --gpu
 
 --reuse GROUP=DIGEST: the host holds the results of GROUP from an image with the same
@@ -1027,6 +1032,50 @@ def check_gpu(gpu: bool) -> list[dict]:
     return [result(name, status, detail, count["PASS"] + count["FAIL"])]
 
 
+def check_mtp_grad() -> list[dict]:
+    """The mode's gradient contract on the CPU, in every image, before any tag: gpu_check.py
+    --cpu-model builds a tiny Megatron MTP model with this image's megatron-core (gloo), applies
+    the installed verl's MTP patch as verl's patch_engine_mtp would for the profile's overrides
+    (detach_encoder, mtp_detach_heads, recompute) and asserts the contract on the MTP loss alone:
+    load-only MTP untouched; full the loss reaches trunk and MTP; mtp-only gradient to the MTP
+    block only, the output layer counted; the same under full recompute. A result per check."""
+    missing = [m for m in ("torch", "megatron.core") if _find_spec(m) is None]
+    if missing:
+        return [result("mtp-grad", SKIP, f"no {' or '.join(missing)} in this image: nothing to train", 0)]
+    argv = [
+        sys.executable,
+        str(HERE / "gpu_check.py"),
+        "--cpu-model",
+        "--json",
+        "--version-vector",
+        str(VECTOR),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+    report = _last_json(proc.stdout)
+    if report is None:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        return [result("mtp-grad", FAIL, f"exit {proc.returncode}, no report: {tail}")]
+    settings = (report.get("env") or {}).get("settings", "")
+    out = []
+    for c in report["checks"]:
+        if c["name"] in ("torch-cuda", "nccl-allreduce"):
+            continue  # the GPU group's, not run on the CPU
+        status = {"PASS": PASS, "FAIL": FAIL}.get(c["status"], SKIP)
+        rule = f" [rule {c['rule']}]" if c.get("rule") else ""
+        out.append(result(f"mtp-grad:{c['name']}", status, c["detail"] + rule, 1 if status != SKIP else 0))
+    if not out:
+        out.append(result("mtp-grad", FAIL, f"gpu_check.py ran no training check ({settings})"))
+    return out
+
+
+def _find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
 TRAINER_OVERRIDES = Path("/opt/mtp/verl/sft.overrides")
 RL_OVERRIDES = Path("/opt/mtp/verl/rl.overrides")
 
@@ -1384,6 +1433,7 @@ def run(
         ("native-libs", lambda: check_native_libs(vector)),
         ("entry-imports", lambda: check_entry_imports(vector)),
         ("entrypoints", lambda: check_entrypoints(vector)),
+        ("mtp-grad", check_mtp_grad),
     ]
     groups.append(("gpu", lambda: check_gpu(gpu)))
     groups.append(("gpu-imports", lambda: check_gpu_imports(gpu)))
