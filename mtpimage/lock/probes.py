@@ -20,8 +20,9 @@ from pathlib import Path
 
 from mtpimage import children
 from mtpimage.lock import sources
-from mtpimage.lock.probetable import component_of, probe_specs
+from mtpimage.lock.probetable import component_of, probe_specs, source_probe_specs
 from mtpimage.lock.sources import SourceSet
+from mtpimage.plan import mtponly
 from mtpimage.plan import rules as rules_mod
 from mtpimage.plan.model import Component, Plan
 from mtpimage.plan.rules import FAIL, NA, PASS, UNKNOWN, Verdict
@@ -252,6 +253,147 @@ def bridge_mimo(tree: Path) -> Verdict:
     return Verdict(PASS, f"{path.relative_to(tree)}: {name} with MTP mappings (source probe)")
 
 
+# ----------------------------------------------------------------------------- mtp-only recipes
+
+_SOURCE = source_probe_specs()
+
+
+def _first_call(node: ast.AST, attr: str) -> int | None:
+    """Line of the first call of `attr` (a method or function of that name) under node."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if (isinstance(f, ast.Attribute) and f.attr == attr) or (
+                isinstance(f, ast.Name) and f.id == attr
+            ):
+                return n.lineno
+    return None
+
+
+def _function(mod: ast.Module, name: str):
+    return next(
+        (
+            n
+            for n in ast.walk(mod)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        ),
+        None,
+    )
+
+
+def megatron_detach_heads_source(tree: Path) -> Verdict:
+    """PASS: the Megatron source has mtp_detach_heads and the checkpoint guard; FAIL: it lacks one."""
+    s = _SOURCE["megatron-detach-heads"]
+    cfg_path, mtp_path = _find(tree, s["config_file"], ("",)), _find(tree, s["file"], ("",))
+    cfg = _parse(cfg_path) if cfg_path else None
+    mtp = _parse(mtp_path) if mtp_path else None
+    cls = _class(cfg, s["config_class"]) if cfg else None
+    if cls is None or mtp is None:
+        return Verdict(UNKNOWN, f"{s['config_file']} or {s['file']} not readable in this Megatron source")
+    fields = {
+        n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    if s["field"] not in fields:
+        return Verdict(FAIL, f"{s['config_class']} has no {s['field']} (source probe)")
+    layer = _class(mtp, s["class"])
+    method = _method(layer, s["method"]) if layer else None
+    if method is None:
+        return Verdict(UNKNOWN, f"{s['file']} has no {s['class']}.{s['method']}")
+    line = _first_call(method, s["guard_call"])
+    if line is None:
+        return Verdict(
+            FAIL, f"{s['file']}:{method.lineno}: {s['method']}() has no checkpoint guard (source probe)"
+        )
+    return Verdict(PASS, f"{s['field']} and the checkpoint guard at {s['file']}:{line} (source probe)")
+
+
+def verl_detach_guard_source(tree: Path) -> Verdict:
+    s = _SOURCE["verl-detach-guard"]
+    path = _find(tree, s["file"])
+    mod = _parse(path) if path else None
+    fn = _function(mod, s["function"]) if mod else None
+    if fn is None:
+        return Verdict(UNKNOWN, f"{s['file']} has no {s['function']}: this verl's detach is unknown")
+    line = _first_call(fn, s["guard_call"])
+    if line is None:
+        return Verdict(
+            FAIL, f"{s['file']}:{fn.lineno}: {s['function']}() lacks the checkpoint guard (source probe)"
+        )
+    return Verdict(PASS, f"{s['function']}() keeps the checkpoint guard at {s['file']}:{line} (source probe)")
+
+
+SOURCE_NEEDS = {
+    "megatron-detach-heads": megatron_detach_heads_source,
+    "verl-detach-guard": verl_detach_guard_source,
+}
+NEED_COMPONENT = {"megatron-detach-heads": mtponly.MEGATRON, "verl-detach-guard": mtponly.VERL}
+
+
+def mtp_only_recipe_probe(plan: Plan, trees: dict[str, Path | None]) -> Verdict:
+    """The plan's recipe against its sources: FAIL where a need it relies on is not in the code
+    (its overrides would leak or stop MTP silently); a better recipe the code allows is named."""
+    recipe = mtponly.by_id(plan.mtp_recipe)
+    seen: dict[str, Verdict] = {}
+
+    def need(n: str) -> Verdict:
+        if n not in seen:
+            tree = trees.get(NEED_COMPONENT[n])
+            seen[n] = (
+                SOURCE_NEEDS[n](tree)
+                if tree is not None
+                else Verdict(UNKNOWN, f"the {NEED_COMPONENT[n]} source was not read")
+            )
+        return seen[n]
+
+    broken = [f"{n}: {need(n).detail}" for n in recipe.needs if need(n).status == FAIL]
+    if broken:
+        return Verdict(FAIL, f"recipe {recipe.id} relies on what the source lacks: {'; '.join(broken)}")
+    unsure = [f"{n}: {need(n).detail}" for n in recipe.needs if need(n).status != PASS]
+    if unsure:
+        return Verdict(UNKNOWN, f"recipe {recipe.id}: not decided: {'; '.join(unsure)}")
+    better = next(
+        (
+            r
+            for r in mtponly.recipes()[: [r.id for r in mtponly.recipes()].index(recipe.id)]
+            if all(need(n).status == PASS for n in r.needs)
+        ),
+        None,
+    )
+    held = "; ".join(need(n).detail for n in recipe.needs) or "needs nothing"
+    if better is not None:
+        return Verdict(
+            PASS,
+            f"recipe {recipe.id} holds ({held}); the source also allows {better.id}: record the facts in "
+            "manifests/facts.yaml to take it",
+        )
+    return Verdict(PASS, f"recipe {recipe.id}: {held}")
+
+
+def cp_roll_group_source(tree: Path) -> Verdict:
+    s = _SOURCE["mtp-cp-roll-group"]
+    path = _find(tree, s["file"], ("",))
+    mod = _parse(path) if path else None
+    fn = _function(mod, s["function"]) if mod else None
+    if fn is None:
+        return Verdict(UNKNOWN, f"{s['file']} has no {s['function']}()")
+    bare = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            named = {kw.arg for kw in n.keywords}
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
+            args = [a.attr if isinstance(a, ast.Attribute) else getattr(a, "id", None) for a in n.args]
+            p2p = name in s["calls"] or (name == "P2POp" and any(a in s["calls"] for a in args))
+            if p2p and "group" not in named:
+                bare.append(n.lineno)
+    if bare:
+        lines = ", ".join(map(str, bare))
+        return Verdict(
+            FAIL, f"{s['file']}:{lines}: {s['function']}() sends on the default group (source probe)"
+        )
+    return Verdict(PASS, f"{s['function']}() sends on the CP group (source probe)")
+
+
 # ----------------------------------------------------------------------------- patched PyPI trees
 
 
@@ -476,6 +618,22 @@ def probe_plan(
     if base is not None and mcp is not None:
         tree = ss.tree(mcp)
         out["mtp-context-parallel"] = mtp_cp(tree, f) if tree is not None else unavailable(mcp, base)
+
+    base = applies("mtp-only-recipe")
+    if base is not None:
+        trees = {}
+        for name in (mtponly.MEGATRON, mtponly.VERL):
+            comp = plan.component(name)
+            trees[name] = ss.tree(comp) if comp is not None else None
+        out["mtp-only-recipe"] = mtp_only_recipe_probe(plan, trees)
+
+    base = applies("mtp-cp-roll-group")
+    mroll = plan.component(mtponly.MEGATRON)
+    if base is not None and mroll is not None:
+        tree = ss.tree(mroll)
+        out["mtp-cp-roll-group"] = (
+            cp_roll_group_source(tree) if tree is not None else unavailable(mroll, base)
+        )
 
     base = applies("mimo-needs-bridge-2387")
     br = component_of(plan, "mimo-needs-bridge-2387")

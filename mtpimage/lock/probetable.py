@@ -23,6 +23,16 @@ def probe_specs() -> dict[str, dict]:
     }
 
 
+@cache
+def source_probe_specs() -> dict[str, dict]:
+    """{probe id: its entry} of the probes of the pinned sources alone (`source_probes`)."""
+    text = resources.files("mtpimage.data").joinpath("probes.yaml").read_text()
+    return {
+        pid: {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in spec.items()}
+        for pid, spec in (yaml.safe_load(text).get("source_probes") or {}).items()
+    }
+
+
 def spec(pid: str) -> dict:
     return probe_specs()[pid]
 

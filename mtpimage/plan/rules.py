@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
 from mtpimage.manifests import modes
+from mtpimage.plan import mtponly
 from mtpimage.plan.facts import rules_data
 from mtpimage.plan.model import Plan
 
@@ -444,6 +445,105 @@ def sglang_distributed_draft_sync(plan: Plan, f: dict) -> Verdict:
             f"sglang {v}: update_weights_from_distributed leaves the MTP draft weights stale ({bug['link']})",
         )
     return Verdict(PASS, f"sglang {v} is outside {bug['first']}..{bug['last']}")
+
+
+@predicate
+def mtp_only_recipe(plan: Plan, f: dict) -> Verdict:
+    """The known facts chose the plan's recipe; a source probe (probes.py) checks its needs."""
+    choice = mtponly.choose(plan.mode, plan.components, f)
+    if choice is None:
+        return Verdict(NA, f"mode {plan.mode} has no mtp-only semantics")
+    if choice.recipe.id != plan.mtp_recipe:
+        # the plan was built with other facts (a site's facts.yaml the check does not see)
+        return Verdict(
+            FAIL,
+            f"the plan's overrides follow recipe {plan.mtp_recipe!r}, these facts choose {choice.recipe.id!r}",
+        )
+    held = [mtponly.NEEDS[n](plan.components, f).detail for n in choice.recipe.needs]
+    return Verdict(PASS, f"recipe {choice.recipe.id}: " + ("; ".join(held) if held else "needs nothing"))
+
+
+@predicate
+def mtp_only_exact(plan: Plan, f: dict) -> Verdict:
+    choice = mtponly.choose(plan.mode, plan.components, f)
+    if choice is None:
+        return Verdict(NA, f"mode {plan.mode} has no mtp-only semantics")
+    r = choice.recipe
+    if r.exact:
+        return Verdict(PASS, f"recipe {r.id} keeps it exactly")
+    passed = "; ".join(dict.fromkeys(v.detail for _, v in choice.passed_over))
+    if choice.undecided:
+        return Verdict(
+            UNKNOWN,
+            f"recipe {r.id} taken, NOT exact: {r.loses}; not decided from the known facts: {passed}; "
+            "`check --probe-sources` reads the source",
+        )
+    return Verdict(FAIL, f"recipe {r.id} taken, NOT exact: {r.loses} ({passed})")
+
+
+def _trains_with_cp(plan: Plan) -> int:
+    cp = int(plan.training_engine_dict().get("context_parallel_size") or 1)
+    return cp if modes.get(plan.mode).trains_mtp and plan.component("megatron-lm") is not None else 1
+
+
+@predicate
+def mtp_cp_roll_group(plan: Plan, f: dict) -> Verdict:
+    cp = _trains_with_cp(plan)
+    if cp <= 1:
+        return Verdict(NA, "MTP is not trained with context parallelism")
+    fix = f["megatron"]["cp_roll_group_fix"]
+    mc = plan.component("megatron-lm")
+    if mc.source == "git":
+        if mc.commit in (fix.get("fixed_commits") or {}):
+            return Verdict(PASS, f"megatron-lm {mc.commit[:10]} rolls on the CP group ({fix['link']})")
+        if mc.commit in f["megatron"]["commits"]:
+            ref = f["megatron"]["commits"][mc.commit].get("ref", "")
+            return Verdict(
+                FAIL,
+                f"megatron-lm {mc.commit[:10]} ({ref}) predates {fix['commit'][:8]}, CP {cp} ({fix['link']})",
+            )
+        return Verdict(UNKNOWN, f"megatron-lm {mc.commit[:10]} is in no known list; its roll_tensor decides")
+    v = _version(mc.version)
+    since = _version(fix.get("pypi_fixed_from"))
+    if v is not None and since is not None and _base(v) >= since:
+        return Verdict(PASS, f"megatron-core {v} has PR #6746")
+    return Verdict(FAIL, f"megatron-core {mc.version}: no release is known to contain PR #6746, CP {cp}")
+
+
+@predicate
+def mtp_cp_loss_normalization(plan: Plan, f: dict) -> Verdict:
+    cp = _trains_with_cp(plan)
+    if cp <= 1:
+        return Verdict(NA, "MTP is not trained with context parallelism")
+    return Verdict(FAIL, f"MTP trained at context_parallel_size {cp}; Megatron-LM#7498 is open")
+
+
+@predicate
+def mtp_loss_over_padding(plan: Plan, f: dict) -> Verdict:
+    if not modes.get(plan.mode).trains_mtp:
+        return Verdict(NA, f"mode {plan.mode} does not train MTP")
+    vc = plan.component("verl")
+    known = f["verl"]["mtp_loss_mask"]
+    if vc is None:
+        return Verdict(UNKNOWN, "no verl in the stack: the training loop's loss_mask is unknown")
+    pin = vc.commit if vc.source == "git" else vc.version
+    if (known["commits"] or {}).get(pin):
+        return Verdict(PASS, f"verl {pin[:10]} passes its loss_mask to the model ({known['link']})")
+    return Verdict(
+        UNKNOWN, f"verl {pin[:10]} is in no known list: whether it passes its loss_mask is unknown"
+    )
+
+
+@predicate
+def mtp_detach_heads_clipping(plan: Plan, f: dict) -> Verdict:
+    if not plan.mtp_recipe:
+        return Verdict(NA, f"mode {plan.mode} has no mtp-only recipe")
+    keys = {t.key for t in mtponly.by_id(plan.mtp_recipe).transformer}
+    if "mtp_detach_heads" not in keys:
+        return Verdict(NA, f"recipe {plan.mtp_recipe} leaves mtp_detach_heads off")
+    return Verdict(
+        FAIL, f"recipe {plan.mtp_recipe} sets mtp_detach_heads: MTP gradients are clipped as their own group"
+    )
 
 
 @predicate
