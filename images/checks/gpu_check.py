@@ -401,6 +401,7 @@ class GradRecord:
 
 def judge_mtp_loss_gradients(contract: str, rec: GradRecord) -> CheckFailure | None:
     """The mode's gradient contract on the MTP loss alone; None when it holds.
+      load-only no MTP loss: after the main loss's backward no MTP parameter has gradient
       full      every MTP parameter and the decoder get gradient (the loss reaches the trunk)
       mtp-only  every MTP parameter gets gradient; the embedding, the decoder and the output
                 layer get exactly none (upstream's promise: MTP parameters only)
@@ -408,6 +409,13 @@ def judge_mtp_loss_gradients(contract: str, rec: GradRecord) -> CheckFailure | N
     with_grad, mtp_total = rec.count("mtp")
     if mtp_total == 0:
         return CheckFailure("model has no MTP parameters (mtp.*)")
+    if contract == "load-only":
+        if with_grad or rec.norm("mtp"):
+            return CheckFailure(
+                f"load-only: {with_grad}/{mtp_total} MTP parameters got gradient (an MTP loss is active); "
+                + rec.describe().replace("MTP-loss-only", "main-loss")
+            )
+        return None
     if with_grad < mtp_total:
         return CheckFailure(
             f"{MSG_MTP_NO_GRADIENT}: {mtp_total - with_grad}/{mtp_total} without gradient; {rec.describe()}",
@@ -1011,6 +1019,19 @@ class Runner:
             )
         raise ValueError(spec.name)
 
+    def record(self, named: dict) -> GradRecord:
+        """The gradients now on the model's parameters, per group (see GradRecord)."""
+        torch = self.torch
+        groups = {g: [p for n, p in named.items() if n.startswith(g + ".")] for g in GROUPS}
+        return GradRecord(
+            tuple((g, _grad_norm(torch, ps)) for g, ps in groups.items()),
+            tuple(
+                (g, sum(p.grad is not None and bool(torch.any(p.grad != 0)) for p in ps))
+                for g, ps in groups.items()
+            ),
+            tuple((g, len(ps)) for g, ps in groups.items()),
+        )
+
     def step1_metrics(self, params: dict, main_parts, mtp_loss_local, n_local: int, n_total: int, group):
         """What a CP>1 check compares with its CP=1 reference, after the MTP-loss-only backward.
 
@@ -1160,11 +1181,11 @@ class Runner:
             )
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            mtp_grad = _grad_norm(torch, mtp.values())
-            if mtp_grad != 0.0:
-                raise CheckFailure(
-                    f"load-only: MTP parameters got gradient (norm {mtp_grad:.3e}); an MTP loss is active"
-                )
+            record = self.record(named)
+            self.records[spec.name] = record
+            failure = judge_mtp_loss_gradients("load-only", record)
+            if failure is not None:
+                raise failure
             opt.step()
             _sync(torch, self.device)
             changed_mtp = [n for n, p in mtp.items() if not torch.equal(p.detach(), before[n])]
@@ -1205,15 +1226,7 @@ class Runner:
         main = parts[0] / parts[1]
         (main * 0.0).backward()
         _sync(torch, self.device)
-        grads_of = {g: {n: p for n, p in named.items() if n.startswith(g + ".")} for g in GROUPS}
-        record = GradRecord(
-            tuple((g, _grad_norm(torch, ps.values())) for g, ps in grads_of.items()),
-            tuple(
-                (g, sum(p.grad is not None and bool(torch.any(p.grad != 0)) for p in ps.values()))
-                for g, ps in grads_of.items()
-            ),
-            tuple((g, len(ps)) for g, ps in grads_of.items()),
-        )
+        record = self.record(named)
         self.records[spec.name] = record
         grads = record.describe() + (" (this rank)" if spec.cp > 1 else "")
         failure = judge_mtp_loss_gradients(sem, record)

@@ -556,3 +556,83 @@ def test_transformer_engine_at_cp1_uses_te_layers_in_bf16():
         gc.parse_args(["--transformer-impl", "transformer_engine"]).transformer_impl == "transformer_engine"
     )
     assert gc.parse_args([]).transformer_impl == "local"
+
+
+# -- issue 45: the gradient contract judged on recorded results ------------------------------
+# tests/fixtures/gradcheck/*.json: gpu_check.py --cpu-model --json reports recorded 2026-12-05 on
+# this machine's CPU (torch 2.13.0+cpu, megatron-core 0.19.1 = Megatron-LM 5be96267, verl 0.9.1's
+# mtp_patch.py, byte-identical to verl 7bc80c00's), each with the overrides its name says.
+GRADS = ROOT / "tests" / "fixtures" / "gradcheck"
+# (record file, check, contract, rule the judge must give; None: the contract holds)
+RECORDED = [
+    ("load-only.json", "load-only", "load-only", None),
+    ("full-recompute.json", "full", "full", None),
+    ("full-recompute.json", "cp-recompute[full]", "full", None),
+    ("mtp-detach.json", "mtp-only", "mtp-only", None),
+    ("mtp-cp-recompute.json", "mtp-only", "mtp-only", None),
+    ("mtp-cp-recompute.json", "cp-recompute[mtp-only]", "mtp-only", None),
+    # today's (2026-12-03) mtp-cp-recompute overrides: verl's detach alone, the output layer leaks
+    ("mtp-cp-recompute-2026-12-03.json", "mtp-only", "mtp-only", "mtp-loss-leak"),
+    ("mtp-cp-recompute-2026-12-03.json", "cp-recompute[mtp-only]", "mtp-only", "mtp-loss-leak"),
+    # detach_encoder + mtp_detach_heads: exact without recompute, MTP silently stops under it
+    ("detach-encoder-heads-recompute.json", "mtp-only", "mtp-only", None),
+    ("detach-encoder-heads-recompute.json", "cp-recompute[mtp-only]", "mtp-only", "mtp-no-gradient"),
+]
+
+
+def _record(name: str, check: str):
+    report = json.loads((GRADS / name).read_text())
+    return report, gc.GradRecord.from_dict(report["env"]["gradients"][check])
+
+
+@pytest.mark.parametrize("name, check, contract, rule", RECORDED, ids=lambda v: str(v))
+def test_the_gradient_contract_is_judged_on_recorded_results(name, check, contract, rule):
+    report, rec = _record(name, check)
+    failure = gc.judge_mtp_loss_gradients(contract, rec)
+    got = None if failure is None else (failure.rule or "fail")
+    assert got == rule, (failure, rec.describe())
+    # the script's own verdict in that run was the judge's
+    [row] = [c for c in report["checks"] if c["name"] == check]
+    assert row["status"] == ("PASS" if rule is None else "FAIL") and row["rule"] == rule
+
+
+def test_each_contract_fails_on_a_record_that_breaks_it():
+    _, full = _record("full-recompute.json", "full")
+    _, exact = _record("mtp-cp-recompute.json", "mtp-only")
+    _, leak = _record("mtp-cp-recompute-2026-12-03.json", "mtp-only")
+    _, lo = _record("load-only.json", "load-only")
+    # full's record is a leak for mtp-only (the decoder and the embedding got gradient)...
+    assert gc.judge_mtp_loss_gradients("mtp-only", full).rule == "mtp-loss-leak"
+    # ...and the exact mtp-only record fails full (no gradient reached the decoder)
+    assert "decoder" in str(gc.judge_mtp_loss_gradients("full", exact))
+    # load-only: a record with MTP gradient means an MTP loss is active
+    assert "load-only" in str(gc.judge_mtp_loss_gradients("load-only", exact))
+    assert gc.judge_mtp_loss_gradients("load-only", lo) is None
+    # the output layer alone is enough to fail mtp-only
+    assert "output_layer" in str(gc.judge_mtp_loss_gradients("mtp-only", leak))
+
+
+def test_the_profile_settings_are_read_from_its_overrides(tmp_path):
+    lines = [
+        "model.mtp.enable=True",
+        "model.mtp.detach_encoder=False",
+        "engine.override_transformer_config.recompute_granularity=full",
+        "engine.override_transformer_config.recompute_num_layers=1",
+        "+engine.override_transformer_config.mtp_detach_heads=True",
+        "+engine.override_transformer_config.gradient_accumulation_fusion=False",  # not a model setting
+    ]
+    s = gc.parse_overrides(lines)
+    assert s.detach_encoder is False and s.recompute
+    assert s.config() == {"mtp_detach_heads": True, "recompute_granularity": "full", "recompute_num_layers": 1}
+    kw = gc.transformer_config_kwargs(gc.precision_plan(1), True, s)
+    assert kw["mtp_detach_heads"] is True and kw["recompute_num_layers"] == 1
+    rl = gc.parse_overrides(["actor_rollout_ref.model.mtp.detach_encoder=True"])
+    assert rl.detach_encoder is True and rl.config() == {}
+    path = tmp_path / "sft.overrides"
+    path.write_text("\n".join(lines) + "\n")
+    vv = tmp_path / "version.json"
+    vv.write_text(json.dumps({"mode": "mtp-only", "mtp_contract": "mtp-only", "engine": {}}))
+    plan = gc.resolve_plan(None, str(vv), overrides=str(path))
+    assert plan.settings.detach_encoder is False and plan.settings.source == str(path)
+    with pytest.raises(gc.UsageError):
+        gc.resolve_plan(None, str(vv), overrides=str(tmp_path / "missing"))
