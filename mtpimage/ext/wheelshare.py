@@ -29,6 +29,7 @@ from mtpimage import netpolicy
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, cache_key, check_key, valid_filename
 from mtpimage.ext.wheelpins import Pin, PinMismatch
+from mtpimage.publish import digests
 from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 from mtpimage.publish.registryclient import transient as _transient
@@ -116,8 +117,8 @@ def _descriptor(d, media_type: str, where: str, ref: str) -> dict:
         got = d.get("mediaType") if isinstance(d, dict) else d
         raise ArtifactRefused(ref, f"{where} has media type {got!r}, expected {media_type}")
     digest, size = d.get("digest"), d.get("size")
-    if not (isinstance(digest, str) and digest.startswith("sha256:") and len(digest) == 71):
-        raise ArtifactRefused(ref, f"{where} has digest {digest!r}, expected sha256:<64 hex>")
+    if not (digests.valid(digest) and digest.startswith("sha256:")):  # the wheel's own sha256 is one
+        raise ArtifactRefused(ref, f"{where} has digest {digests.excerpt(digest)}, expected sha256:<64 hex>")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ArtifactRefused(ref, f"{where} has size {size!r}")
     return d
