@@ -263,6 +263,39 @@ def test_verify_names_the_files_of_a_layer_added_on_top(world, published):
     assert "not in the rebuild, on top of it:" in errors[0] and "usr/local/bin/evil (added)" in errors[0]
 
 
+def test_verify_names_the_file_of_a_docker_commit_pushed_by_docker(world, published):
+    """Issue #46: the image pulled with docker, changed with `docker run` + `docker commit` and
+    pushed back with docker under a tag. docker 20.10 reuses the layers it pulled (uncompressed
+    tars) under a gzip media type; verify said "registry cannot be reached" (exit 3). It reads
+    each blob as what it is, names the media types that do not match, and names the file."""
+    host = world["host"]
+    ns, digest = _ns_digest(published)
+    pinned = f"{host.registry}/{ns}/mtp-verl@{digest}"
+    committed = f"{host.registry}/{ns}/mtp-verl:committed"
+    name = f"mtp-commit-{uuid.uuid4().hex[:8]}"
+    host.docker("pull", pinned, timeout=600)
+    try:
+        host.docker(
+            "run", "--name", name, "--entrypoint", "/bin/sh", pinned, "-c", "echo changed >> /etc/issue"
+        )
+        host.docker("commit", name, committed)
+    finally:
+        host.docker("rm", "-f", name, check=False)
+    host.docker("push", committed, timeout=600)
+    _, manifest, _ = _image(host.registry, ns, "committed")
+    gzip_typed = [d for d in manifest["layers"] if d["mediaType"].endswith("gzip")]
+    assert gzip_typed, manifest  # docker's own form: every layer under a gzip media type
+
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", committed)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    assert "cannot be reached" not in proc.stderr and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "not in the rebuild, on top of it:" in errors[0] and "etc/issue (changed: content" in errors[0]
+    assert "    etc/issue: changed: content" in proc.stdout, proc.stdout
+    assert "does not match the bytes (an uncompressed tar)" in proc.stdout, proc.stdout
+
+
 def _run_elsewhere(world, args: list[str], cache: Path, umask: str, tz: str, lang: str):
     """build.py ARGS with its own cache location, umask, time zone and locale."""
     env = {**os.environ, **world["env"], "MTP_CACHE_DIR": str(cache), "TZ": tz, "LANG": lang, "LC_ALL": lang}
