@@ -282,7 +282,11 @@ def test_verify_names_the_file_of_a_docker_commit_pushed_by_docker(world, publis
     finally:
         host.docker("rm", "-f", name, check=False)
     host.docker("push", committed, timeout=600)
-    _, manifest, _ = _image(host.registry, ns, "committed")
+    docker_v2 = "application/vnd.docker.distribution.manifest.v2+json"
+    body, _ = _http(
+        f"http://{host.registry}/v2/{ns}/mtp-verl/manifests/committed", headers={"Accept": docker_v2}
+    )
+    manifest = json.loads(body)
     gzip_typed = [d for d in manifest["layers"] if d["mediaType"].endswith("gzip")]
     assert gzip_typed, manifest  # docker's own form: every layer under a gzip media type
 
