@@ -107,7 +107,10 @@ class RegistryAuthRefused(RegistryHTTPError):
 class DigestMismatch(EnvironmentProblem):
     """The registry named a digest that is not the sha256 of the bytes it served."""
 
+    ASKED = "the digest asked for"  # `source` when the bytes served for a digest are others
+
     def __init__(self, host: str, what: str, said: str, computed: str, source: str):
+        self.said, self.computed, self.source = said, computed, source
         super().__init__(
             f"registry {host} says {what} is {said} ({source}), but the manifest it served is "
             f"{computed} (the sha256 of its bytes); refused: nothing was tagged, pinned or written "
@@ -352,7 +355,7 @@ class RegistryClient:
         computed = digests.of(body, reference if ":" in reference else "sha256:")
         named = self.registry.ref(repository) + ("@" if ":" in reference else ":") + reference
         if ":" in reference and computed != reference:
-            raise DigestMismatch(self.host, named, reference, computed, "the digest asked for")
+            raise DigestMismatch(self.host, named, reference, computed, DigestMismatch.ASKED)
         said = resp.headers.get("Docker-Content-Digest")
         if check_header and said:
             source = "its Docker-Content-Digest header"
