@@ -20,7 +20,7 @@ from mtpimage.errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from mtpimage.manifests.modelconfig import model_warnings
+from mtpimage.manifests.modelconfig import check_model
 from mtpimage.outputs.report import print_checks, print_plan
 from mtpimage.plan import mtponly, rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
@@ -247,8 +247,9 @@ def cmd_explain(args) -> int:
         f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
         for r in rules.errors(results) + rules.warnings(results)
     ]
-    if args.model_config:
-        notes += model_warnings(args.model_config)
+    model = check_model(args.model_config) if args.model_config else None
+    if model is not None:
+        notes += model.warnings
     if args.cluster:
         from mtpimage.commands.cluster import layout_of, signed_by_of
         from mtpimage.outputs.jobscripts import published_job_script
@@ -285,6 +286,11 @@ def cmd_explain(args) -> int:
                     "guarantees": guarantees,
                     "recipe": recipe.to_dict() if recipe is not None else None,
                     "warnings": notes,
+                    **(
+                        {"model": {"mtp_layers": model.layers.count, "key": model.layers.key}}
+                        if model
+                        else {}
+                    ),
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
                 },
@@ -311,6 +317,8 @@ def cmd_explain(args) -> int:
         from mtpimage.outputs.multinode import placement_note
 
         print(f"# multi-node: {placement_note(plan)}")
+    if model is not None and model.layers.found:  # what it found, not only the absence of a warning
+        print(f"# model {args.model_config}: {model.layers.found}")
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")

@@ -2,7 +2,10 @@
 
 Exit codes follow the CLI contract: 2 for bad input (manifests, flags), 1 for a
 check that ran and failed (rules, tests), 3 for an environment problem (docker,
-network) that is not the user's input.
+network) that is not the user's input. Three environment problems have codes of their own,
+because each has its own fix and a script may act on it: 4 a registry refused this
+machine's credentials (log in), 5 this machine's disk failed a write (free space), 6 bytes a
+registry served cannot be decoded as what they claim to be (the image, not the network).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import re
 EXIT_RULES = 1
 EXIT_INPUT = 2
 EXIT_ENV = 3
+EXIT_AUTH = 4
+EXIT_DISK = 5
+EXIT_DECODE = 6
 
 
 class BuilderError(Exception):
@@ -51,6 +57,28 @@ class InputError(BuilderError):
 
 class EnvironmentProblem(BuilderError):
     exit_code = EXIT_ENV
+
+
+class DiskProblem(EnvironmentProblem):
+    """Writing or reading a scratch file on this machine failed (a full disk, permissions):
+    never reported as the network's fault."""
+
+    exit_code = EXIT_DISK
+
+    def __init__(self, what: str, path: object, exc: OSError):
+        where = f" to {path}" if isinstance(path, str) and path else ""
+        super().__init__(
+            f"this machine's disk failed while {what}: writing{where} gave {exc.strerror or exc} "
+            "(fix: free space in the temporary directory (TMPDIR) and MTP_CACHE_DIR, or check "
+            "their permissions, then run again)"
+        )
+
+
+class DecodeProblem(EnvironmentProblem):
+    """Bytes that arrived whole (their digest checked) but cannot be read as what they say
+    they are: a corrupt gzip stream, a layer that is not a tar. Retrying gets the same bytes."""
+
+    exit_code = EXIT_DECODE
 
 
 # 128 + SIGPIPE: how a standard tool ends when the reader of its output went away (`| head`)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -51,6 +52,10 @@ OPTIONS = (
 )
 # Accepted but not part of the key: where the run writes its JSON summary (pipeline.run).
 UNKEYED = ("--summary-file",)
+# Files the build hands on as secrets: a remembered run is replayed only while they are
+# regular files, so a missing or wrong one is said by the full run even when up to date.
+SECRET_FILES = ("--ca-bundle", "--netrc")
+MAX_INPUT = 64 << 20  # larger than any input of a build (manifests are refused over 1 MiB)
 
 
 def enabled() -> bool:
@@ -100,6 +105,10 @@ def _hash_tree(h, root: Path) -> None:
             if name.endswith(".pyc"):
                 continue
             path = Path(dirpath) / name
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_INPUT:
+                # a device never ends, a FIFO blocks: never read here; the full run refuses it
+                raise OSError(f"{path}: not a regular file within {MAX_INPUT} bytes")
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(hashlib.sha256(path.read_bytes()).digest())
 
@@ -162,6 +171,9 @@ def lookup(argv: list[str]) -> tuple[list | None, str | None]:
     opts = parse(argv)
     if opts is None:
         _trace("miss (not a plain local main job)")
+        return None, None
+    if any(opts.get(f) and not os.path.isfile(opts[f]) for f in SECRET_FILES):
+        _trace("miss (--ca-bundle or --netrc is not a regular file: the full run says which)")
         return None, None
     try:
         k = key(opts)

@@ -534,7 +534,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
 def _image_gone(client, identity: str) -> bool:
     """After a failed push: is the content tag gone from the registry? (No answer: keep.)"""
     try:
-        return client.manifest_digest(IMAGE_REPOSITORY, identity) is None
+        return client.manifest(IMAGE_REPOSITORY, identity, check_header=False) is None
     except Exception:  # noqa: BLE001 - the push's own error matters
         return False
 

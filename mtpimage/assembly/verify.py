@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,9 @@ from mtpimage.assembly.pipeline import BuildOptions, build_request
 from mtpimage.assembly.render import render
 from mtpimage.assembly.versionvector import LABEL_NS
 from mtpimage.engine import ocilayout
-from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem, InputError
+from mtpimage.errors import EXIT_RULES, BuilderError, DecodeProblem, EnvironmentProblem, InputError
 from mtpimage.plan.model import Plan
+from mtpimage.publish import digests
 from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 
@@ -83,6 +86,7 @@ class LayerResult:
     published: str  # the layer's diff ID in the image
     rebuilt: str | None  # None: the rebuild has fewer layers
     files: list[tuple[str, str, str]] = field(default_factory=list)  # (path, what, why)
+    media: str | None = None  # "media type X does not match the bytes (...)"
 
     @property
     def same(self) -> bool:
@@ -97,6 +101,11 @@ class Report:
     config_same: bool
     layers: list[LayerResult]
     extra_layers: int  # layers only the rebuild has
+
+    @property
+    def media(self) -> list[LayerResult]:
+        """The layers whose media type does not say what their bytes are."""
+        return [r for r in self.layers if r.media]
 
     @property
     def ok(self) -> bool:
@@ -142,8 +151,33 @@ def instructions(config: dict) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the steps
+def _json(data: bytes, what: str, ref: ImageRef) -> dict:
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeProblem(
+            f"registry {ref.host} served {what} of {ref} that is not JSON ({str(exc)[:80]}) "
+            "(fix: the registry's copy is damaged: push the image again, or use another registry)"
+        ) from None
+    if not isinstance(doc, dict):
+        raise DecodeProblem(
+            f"registry {ref.host} served {what} of {ref} that is not a JSON object (fix: push the image again)"
+        )
+    return doc
+
+
+def _checked_digests(manifest: dict, ref: ImageRef, what: str) -> None:
+    """Every digest the registry's manifest names, checked before it reaches a URL, a file
+    name or a line of the report (digests.checked)."""
+    where = f"registry {ref.host}: {what} of {ref}"
+    digests.checked((manifest.get("config") or {}).get("digest"), f"{where}: the config digest")
+    for i, desc in enumerate(manifest.get("layers") or [], 1):
+        digests.checked((desc or {}).get("digest") if isinstance(desc, dict) else desc, f"{where}: layer {i}")
+
+
 def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, dict, dict]:
-    """(manifest digest, manifest, config) of the image in its registry."""
+    """(manifest digest, manifest, config) of the image in its registry, every digest in
+    them checked (digests.checked)."""
     got = client.manifest(ref.path, ref.digest or ref.tag or "latest")
     if got is None:
         raise InputError(
@@ -152,7 +186,7 @@ def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, di
     body, digest = got
     if ref.digest and digest != ref.digest:
         raise EnvironmentProblem(f"registry {ref.host} served {digest} for {ref} (fix: use another registry)")
-    manifest = json.loads(body)
+    manifest = _json(body, "a manifest", ref)
     if "layers" not in manifest:
         raise InputError(
             "--image",
@@ -160,12 +194,15 @@ def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, di
             "names an image index, not one image",
             "give the digest of the linux/amd64 image",
         )
+    _checked_digests(manifest, ref, "the manifest")
     with open(tmp / "config", "w+b") as f:
         got_digest, size = client.fetch_blob(ref.path, manifest["config"]["digest"], f, MAX_CONFIG)
         if got_digest != manifest["config"]["digest"]:
             raise EnvironmentProblem(f"registry {ref.host} served a config that does not match its digest")
         f.seek(0)
-        config = json.loads(f.read())
+        config = _json(f.read(), "a config", ref)
+    for i, diff_id in enumerate((config.get("rootfs") or {}).get("diff_ids") or [], 1):
+        digests.checked(diff_id, f"registry {ref.host}: the config of {ref}: rootfs.diff_ids[{i}]")
     return digest, manifest, config
 
 
@@ -186,11 +223,15 @@ def check_plan(config: dict, plan: Plan, identity: str, ref: str) -> None:
 
 def check_blobs(
     client: RegistryClient, ref: ImageRef, digest: str, manifest: dict, config: dict, tmp: Path, say: Say
-) -> None:
+) -> dict[int, str]:
     """Each layer blob the manifest names must unpack to the config's diff ID at its index
     (what `docker pull` and `buildah pull` do not all check): else NotDescribed, before the
     rebuild. Every blob is downloaded once and hashed as it streams; a mismatching one is kept
-    and compared with the layer its config names, where the registry still has that one."""
+    and compared with the layer its config names, where the registry still has that one.
+    Returns {layer index: what its media type gets wrong} for layers whose bytes are not what
+    their media type says (docker 20.10 pushes uncompressed layers it pulled as gzip): read
+    as what they are, and reported, not taken for a network error. Bytes that cannot be
+    decoded at all are DecodeProblem (exit 6)."""
     pinned = str(ref.pinned(digest))
     descs = manifest.get("layers") or []
     diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
@@ -203,28 +244,34 @@ def check_blobs(
         )
     say(f"verify  checking that the {len(descs)} layer blobs are the layers the config lists")
     bad: list[BlobCheck] = []
+    media: dict[int, str] = {}
     for i, (desc, diff_id) in enumerate(zip(descs, diff_ids), 1):
         with open(tmp / "blob", "w+b") as keep:
+            sink = ocilayout.UncompressedDigest(desc.get("mediaType", ""), keep)
             try:
-                sink = ocilayout.UncompressedDigest(desc.get("mediaType", ""), keep)
-            except ValueError as exc:
-                raise NotDescribed(
-                    f"--image {pinned}: layer {i}: {exc}: verify cannot check it against the config's "
-                    f"diff ID (fix: push the image with --engine buildah, which writes uncompressed tars)",
-                    [],
+                got, _size = client.fetch_blob(ref.path, desc["digest"], sink, 1 << 42)
+                unpacked = sink.digest()
+            except ocilayout.Undecodable as exc:
+                raise DecodeProblem(
+                    f"--image {pinned}: layer {i} (blob {desc['digest']}, media type "
+                    f"{desc.get('mediaType') or '(none)'}) cannot be decoded: {exc}; nothing was rebuilt "
+                    "(fix: the image's layer is damaged or in a form verify does not read: push it again "
+                    "with --engine buildah, which writes uncompressed tars)"
                 ) from None
-            got, _size = client.fetch_blob(ref.path, desc["digest"], sink, 1 << 42)
             if got != desc["digest"]:
                 raise EnvironmentProblem(
                     f"registry {ref.host} served blob {got} when asked for {desc['digest']} (layer {i} of "
                     f"{pinned}) (fix: use another registry)"
                 )
-            check = BlobCheck(i, desc["digest"], sink.digest(), diff_id)
+            if sink.mismatch:
+                media[i] = sink.mismatch
+                say(f"verify  layer {i}: {sink.mismatch}")
+            check = BlobCheck(i, desc["digest"], unpacked, diff_id)
             if not check.same:
                 check.files = _against_original(client, ref, check, keep, tmp)
                 bad.append(check)
     if not bad:
-        return
+        return media
     details = []
     for c in bad:
         details.append(
@@ -278,7 +325,7 @@ def run(
         tmpdir = Path(tmp)
         digest, manifest, config = published(client, ref, tmpdir)
         check_plan(config, plan, rendered.identity, str(ref))
-        check_blobs(client, ref, digest, manifest, config, tmpdir, say)
+        media = check_blobs(client, ref, digest, manifest, config, tmpdir, say)
         say(f"verify  {ref.pinned(digest)}: rebuilding {rendered.identity} on a clean builder")
         labels = (config.get("config") or {}).get("Labels") or {}
         keep = {k: labels[k] for k in PROVENANCE if k in labels}
@@ -286,10 +333,12 @@ def run(
             plan, rendered, options, say, labels={f"{LABEL_NS}.identity": rendered.identity, **keep}
         )
         layout = engine.reproducible().build_layout(req, tmpdir / "rebuilt", echo=False)
-        return compare(client, ref, digest, manifest, config, layout, tmpdir)
+        return compare(client, ref, digest, manifest, config, layout, tmpdir, media)
 
 
-def compare(client, ref: ImageRef, digest: str, manifest: dict, config: dict, layout, tmp: Path) -> Report:
+def compare(
+    client, ref: ImageRef, digest: str, manifest: dict, config: dict, layout, tmp: Path, media=None
+) -> Report:
     mine = layout.diff_ids
     theirs = list((config.get("rootfs") or {}).get("diff_ids") or [])
     names = instructions(config)
@@ -297,24 +346,35 @@ def compare(client, ref: ImageRef, digest: str, manifest: dict, config: dict, la
     lower = None  # the rebuild's file system, for layers on top of it
     for i, diff_id in enumerate(theirs):
         row = LayerResult(
-            i + 1, names[i] if i < len(names) else "?", diff_id, mine[i] if i < len(mine) else None
+            i + 1,
+            names[i] if i < len(names) else "?",
+            diff_id,
+            mine[i] if i < len(mine) else None,
+            media=(media or {}).get(i + 1),
         )
         if not row.same:
             with open(tmp / "layer", "w+b") as f:
                 blob = manifest["layers"][i]["digest"]
                 client.fetch_blob(ref.path, blob, f, 1 << 42)
                 f.seek(0)
-                if row.rebuilt is not None:
-                    with open(layout.blob(layout.manifest["layers"][i]["digest"]), "rb") as g:
-                        row.files = explain(f, g, row.instruction)
-                else:  # a layer on top of everything the lock builds (docker commit, ...)
-                    if lower is None:
-                        lower = ocilayout.merged(
-                            [_members(layout.blob(d["digest"])) for d in layout.manifest["layers"]]
-                        )
-                    top = ocilayout.members(f)
-                    row.files = [(path, what, ON_TOP) for path, what in ocilayout.changes(lower, top)]
-                    lower = ocilayout.merged([lower, top])
+                try:  # tarfile's "r|*" reads the bytes as what they are, whatever the media type
+                    if row.rebuilt is not None:
+                        with open(layout.blob(layout.manifest["layers"][i]["digest"]), "rb") as g:
+                            row.files = explain(f, g, row.instruction)
+                    else:  # a layer on top of everything the lock builds (docker commit, ...)
+                        if lower is None:
+                            lower = ocilayout.merged(
+                                [_members(layout.blob(d["digest"])) for d in layout.manifest["layers"]]
+                            )
+                        top = ocilayout.members(f)
+                        row.files = [(path, what, ON_TOP) for path, what in ocilayout.changes(lower, top)]
+                        lower = ocilayout.merged([lower, top])
+                except (tarfile.TarError, EOFError, zlib.error) as exc:
+                    raise DecodeProblem(
+                        f"--image {ref.pinned(digest)}: layer {i + 1} (blob {blob}) is not a readable tar "
+                        f"({exc}), so its files cannot be named (fix: the image's layer is damaged: push "
+                        "it again from a build)"
+                    ) from None
         rows.append(row)
     config_same = manifest["config"]["digest"] == layout.image_id
     return Report(
@@ -337,6 +397,8 @@ def lines(report: Report) -> list[str]:
         if not row.same:
             text += f" != {(row.rebuilt or 'missing')[:19]}"
         out.append(f"{text}  {row.instruction}")
+        if row.media:
+            out.append(f"    {row.media}")
         for path, what, reason in row.files[:MAX_FILES]:
             out.append(f"    {path}: {what}: {reason}")
         if len(row.files) > MAX_FILES:
@@ -366,8 +428,15 @@ def verdict(report: Report) -> None:
         what = f"the rebuild has {report.extra_layers} more layers"
     elif not report.config_same:
         what = "every layer is the same but the config differs (labels, environment or history)"
+    elif report.media:
+        what = "every layer and the config are the same but the manifest differs"
     else:
         what = "every layer and the config are the same but the manifest differs (compressed layers: not pushed by the reproducible engine)"
+    if report.media:
+        first = report.media[0]
+        what += f"; layer {first.index}'s {first.media}" + (
+            f" ({len(report.media)} such layers)" if len(report.media) > 1 else ""
+        )
     raise NotIdentical(
         f"--image {report.image} is not bit for bit what this lock builds: {what} (fix: it was changed "
         "after the build or built from other inputs; rebuild and push it with --engine buildah)"

@@ -75,7 +75,9 @@ def cmd_bump(args) -> int:
             to = latest_release(m, args.component, args.exclude_newer)
         old_plans = locker._plans(m, m.names())
         try:
-            out = locker.lock(m, None, args.component, False, args.exclude_newer, to=to, write=not dry)
+            out = locker.lock(
+                m, None, args.component, False, args.exclude_newer, to=to, write=not dry, flag="bump"
+            )
         except BuilderError as exc:
             _write_report(
                 args.report, f"# Bump {args.component}\n\n**Failed: nothing written.** {exc.one_line()}\n"

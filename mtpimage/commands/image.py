@@ -55,12 +55,27 @@ def add_engine(p: argparse.ArgumentParser, default=None) -> None:
     p.add_argument("--engine", default=default, choices=list(ENGINES), help=ENGINE_HELP)
 
 
+def check_secret_files(args) -> None:
+    """--ca-bundle and --netrc are regular files within their limits, checked when the command
+    line is read: before anything else runs, so a wrong path is said even when the image is
+    already up to date and no build would have read it (issue #46)."""
+    from mtpimage.engine.containerengine import SECRET_LIMITS
+    from mtpimage.manifests import inputfile
+
+    for flag in ("ca_bundle", "netrc"):
+        path = getattr(args, flag, None)
+        if path is not None:
+            name = "--" + flag.replace("_", "-")
+            inputfile.check(Path(path), SECRET_LIMITS[name], f"{name}'s file", name + " " + str(path))
+
+
 def build_options_from_args(args) -> BuildOptions:
     """The command's build options, its engine picked here by name (--engine, else
     MTP_ENGINE, else docker) and passed on in them."""
     from mtpimage import engine
     from mtpimage.mirrors import Mirrors
 
+    check_secret_files(args)
     return BuildOptions(
         engine=engine.named(getattr(args, "engine", None)),
         mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)),

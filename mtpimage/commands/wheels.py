@@ -1,6 +1,6 @@
 """`wheels`: the extension wheel cache (wheelcache.py) and its registry copies (wheelshare.py).
 
-  python build.py wheels list [--verify] [--json]
+  python build.py wheels list [--verify [--manifests DIR]] [--json]
   python build.py wheels push --registry HOST[:PORT]/NAMESPACE [KEY ...] [--json]   (all when none)
   python build.py wheels pull --registry HOST[:PORT]/NAMESPACE KEY ... [--json]
   python build.py wheels remove KEY ...
@@ -8,7 +8,8 @@
   python build.py wheels pin --profile P [--package NAME]
   python build.py wheels verify KEY [--profile P]
 Wheels are checked against their pins in manifests/wheels.lock.yaml (ext/wheelpins.py): `add`
-and `pin` write them, `pull` refuses any other bytes, `verify` rebuilds a key and compares.
+and `pin` write them, `pull` and `push` refuse any other bytes, `list --verify --manifests M`
+names them, `verify` rebuilds a key and compares.
 KEY may be a unique prefix (8+ hex digits) of a key, as `list` prints it. The registry
 repository is NAMESPACE/ext-wheels, one tag per key.
 """
@@ -39,8 +40,13 @@ def register(subparsers, add_common) -> None:
     subs = p.add_subparsers(dest="wheels_command", metavar="ACTION", required=True, parser_class=type(p))
 
     sp = subs.add_parser("list", help="one line per cached wheel")
-    sp.add_argument("--verify", action="store_true", help="re-hash every wheel (default: sizes only)")
+    sp.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-hash every wheel (default: sizes only); with --manifests, also against wheels.lock.yaml",
+    )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
+    _manifests_argument(sp, "the pins --verify checks against (default: none, meta.json only)")
     sp.set_defaults(func=cmd_list)
 
     for name, helptext in (
@@ -51,13 +57,8 @@ def register(subparsers, add_common) -> None:
         sp.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
         sp.add_argument("keys", nargs="*" if name == "push" else "+", metavar="KEY")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
-        if name == "pull":  # the pins it checks against live with the manifests
-            sp.add_argument(
-                "--manifests",
-                type=Path,
-                default=argparse.SUPPRESS,  # else it would hide a --manifests given before `wheels`
-                help="manifests directory (its wheels.lock.yaml; default: the checkout's manifests/)",
-            )
+        # the pins both check against live with the manifests
+        _manifests_argument(sp, "its wheels.lock.yaml; default: the checkout's manifests/")
         sp.set_defaults(func=cmd_push if name == "push" else cmd_pull)
 
     sp = subs.add_parser(
@@ -104,6 +105,22 @@ def register(subparsers, add_common) -> None:
     sp.set_defaults(func=cmd_remove)
 
 
+def _manifests_argument(sp, what: str) -> None:
+    sp.add_argument(
+        "--manifests",
+        type=Path,
+        default=argparse.SUPPRESS,  # else it would hide a --manifests given before `wheels`
+        help=f"manifests directory ({what})",
+    )
+
+
+def _pins(args, default):
+    """{key: Pin} of the manifests given (or `default`'s), {} when there are none."""
+    from mtpimage.ext import wheelpins
+
+    return wheelpins.load(getattr(args, "manifests", None) or default)
+
+
 def _size(n: int) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -134,10 +151,25 @@ def _row(entry) -> dict:
 
 
 def cmd_list(args) -> int:
+    from mtpimage.ext import wheelpins
     from mtpimage.ext.wheelcache import WheelCache
 
     cache = WheelCache()
     good, bad = cache.scan(verify=args.verify)
+    if args.verify:  # against the committed pins too, when the manifests are given
+        pins = _pins(args, None)
+        for entry in good:
+            try:
+                wheelpins.check(
+                    pins,
+                    entry.key,
+                    entry.sha256,
+                    f"wheel cache entry {entry.path.parent}",
+                    f"`build.py wheels remove {entry.key[:KEY_WIDTH]}`, then pull or build it again",
+                )
+            except wheelpins.PinMismatch as exc:
+                bad.append(exc)
+        good = [e for e in good if not (e.key in pins and pins[e.key].sha256 != e.sha256)]
     rows = [_row(e) for e in good]
     if args.json:
         print(
@@ -170,9 +202,11 @@ def cmd_list(args) -> int:
 def cmd_push(args) -> int:
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.ext.wheelshare import push, repository_for
+    from mtpimage.locations import DEFAULT_MANIFESTS
 
     repository = repository_for(args.registry)
     cache = WheelCache()
+    pins = _pins(args, DEFAULT_MANIFESTS)
     keys = [cache.resolve(k) for k in args.keys] if args.keys else cache.keys()
     if not keys:
         raise InputError(
@@ -180,7 +214,7 @@ def cmd_push(args) -> int:
         )
     out = []
     for key in keys:
-        ref = push(cache, key, repository, say=lambda line: print(line, file=sys.stderr))
+        ref = push(cache, key, repository, say=lambda line: print(line, file=sys.stderr), pin=pins.get(key))
         out.append({"key": key, "reference": ref})
         if not args.json:
             print(f"pushed {key[:KEY_WIDTH]}  {ref}")
@@ -222,7 +256,7 @@ def cmd_pull(args) -> int:
 
     repository = repository_for(args.registry)
     cache = WheelCache()
-    pins = wheelpins.load(getattr(args, "manifests", None) or DEFAULT_MANIFESTS)
+    pins = _pins(args, DEFAULT_MANIFESTS)
     out, missing, tags = [], [], None
     keys = []
     for given in args.keys:  # every key resolved before anything is pulled

@@ -251,6 +251,8 @@ def registry_host(ref: str) -> str | None:
 # given (seen with a one-step Dockerfile), so a build with a CA bundle or through mirrors
 # would otherwise differ from one without in every layer that runs pip.
 SECRETS = ("ca-bundle", "netrc", INDEX_SECRET)
+# the largest file each may be: a CA bundle (Debian's ca-certificates: ~220 kB) or a netrc
+SECRET_LIMITS = {"--ca-bundle": 16 << 20, "--netrc": 1 << 20}
 
 
 @contextlib.contextmanager
@@ -258,10 +260,12 @@ def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
     """{secret id: file} for one build: the request's CA bundle and netrc (checked to exist),
     the mirrors' index table, empty files for the rest; the written ones are removed after
     the build (mode 0600: the table may hold a mirror's token)."""
+    from mtpimage.manifests import inputfile
+
     given = {"ca-bundle": req.ca_bundle, "netrc": req.netrc}
     for sid, path in given.items():
-        if path is not None and not Path(path).is_file():
-            raise InputError(f"--{sid}", str(path), "file not found", "pass a readable file")
+        if path is not None:  # a device or FIFO handed to the build would hang or fill it
+            inputfile.check(Path(path), SECRET_LIMITS[f"--{sid}"], f"--{sid}'s file", f"--{sid} {path}")
     from mtpimage import janitor
 
     with tempfile.TemporaryDirectory(prefix="mtp-secrets-") as tmp:

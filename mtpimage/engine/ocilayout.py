@@ -242,21 +242,46 @@ def differences(a: dict[str, Member], b: dict[str, Member]) -> list[tuple[str, s
 
 
 # ----------------------------------------------------------------------------- what a blob unpacks to
+ZSTD_TYPES = ("application/vnd.oci.image.layer.v1.tar+zstd",)
+GZIP_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
+FORMS = {"tar": "an uncompressed tar", "gzip": "a gzip stream", "zstd": "a zstd stream"}
+
+
+def declared_form(media_type: str) -> str | None:
+    """What a layer's media type says its bytes are: "tar", "gzip", "zstd", or None (not a
+    layer media type the tool knows)."""
+    if media_type in (OCI_LAYER, DOCKER_LAYER):
+        return "tar"
+    if media_type in GZIP_TYPES:
+        return "gzip"
+    if media_type in ZSTD_TYPES:
+        return "zstd"
+    return None
+
+
+class Undecodable(ValueError):
+    """A blob's bytes cannot be read as a layer: a corrupt gzip stream, or zstd (which the
+    standard library does not decode)."""
+
+
 class UncompressedDigest:
     """A binary file object that hashes what is written to it after decompression: the layer's
-    diff ID, whatever the blob's media type (tar or gzip); optionally keeps the raw bytes in
-    `keep` (a file). `seek(0)`/`truncate()` start over, as a retried download does."""
+    diff ID. What the bytes are is read from the bytes themselves (gzip and zstd by their
+    magic numbers, else an uncompressed tar), not from the media type: docker 20.10 pushes
+    uncompressed layers it pulled under a gzip media type, and a registry may rewrite media
+    types. `mismatch` then says so, for the report. Optionally keeps the raw bytes in `keep`
+    (a file). `seek(0)`/`truncate()` start over, as a retried download does."""
 
     def __init__(self, media_type: str, keep=None):
-        if media_type not in (OCI_LAYER, DOCKER_LAYER, *GZIP_TYPES):
-            raise ValueError(f"layer media type {media_type or '(none)'} is neither a tar nor a gzip tar")
-        self.gzip = media_type in GZIP_TYPES
+        self.media_type = media_type
         self.keep = keep
         self.seek(0)
 
     def seek(self, pos: int, whence: int = 0) -> int:
         self._hash = hashlib.sha256()
-        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.gzip else None
+        self._z = None
+        self._head = b""  # the first bytes, until there are enough to tell the form
+        self.form: str | None = None
         if self.keep is not None:
             self.keep.seek(0)
             self.keep.truncate()
@@ -265,25 +290,59 @@ class UncompressedDigest:
     def truncate(self, size: int | None = None) -> int:
         return 0
 
+    def _decide(self) -> None:
+        head, self._head = self._head, b""
+        if head.startswith(GZIP_MAGIC):
+            self.form, self._z = "gzip", zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif head.startswith(ZSTD_MAGIC):
+            self.form = "zstd"
+            raise Undecodable("the blob is a zstd stream, which verify cannot decompress")
+        else:
+            self.form = "tar"
+        self._feed(head)
+
+    def _feed(self, data: bytes) -> None:
+        if self._z is None:
+            self._hash.update(data)
+            return
+        try:
+            while data:  # a gzip stream of several members: each one after the last
+                self._hash.update(self._z.decompress(data))
+                if not self._z.eof:
+                    break
+                data = self._z.unused_data
+                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        except zlib.error as exc:
+            raise Undecodable(f"the gzip stream is corrupt ({exc})") from None
+
     def write(self, data: bytes) -> int:
         n = len(data)
         if self.keep is not None:
             self.keep.write(data)
-        if self._z is None:
-            self._hash.update(data)
+        if self.form is None:
+            self._head += data
+            if len(self._head) >= len(ZSTD_MAGIC):
+                self._decide()
             return n
-        while data:  # a gzip stream of several members: each one after the last
-            self._hash.update(self._z.decompress(data))
-            if not self._z.eof:
-                break
-            data = self._z.unused_data
-            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._feed(data)
         return n
 
     def digest(self) -> str:
+        if self.form is None:  # fewer bytes than a magic number: whatever they are, as they are
+            self._decide()
         if self._z is not None:
-            self._hash.update(self._z.flush())
+            try:
+                self._hash.update(self._z.flush())
+            except zlib.error as exc:
+                raise Undecodable(f"the gzip stream is corrupt ({exc})") from None
         return "sha256:" + self._hash.hexdigest()
+
+    @property
+    def mismatch(self) -> str | None:
+        """'media type X does not match the bytes (...)', or None when it does."""
+        if self.form is None or declared_form(self.media_type) == self.form:
+            return None
+        return f"media type {self.media_type or '(none)'} does not match the bytes ({FORMS[self.form]})"
 
 
 def merged(layers: list[dict[str, Member]]) -> dict[str, Member]:

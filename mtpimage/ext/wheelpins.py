@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.manifests import inputfile
 
 PINS_NAME = "wheels.lock.yaml"
 SCHEMA = "mtp-image-builder/wheels-lock/v1"
@@ -41,6 +42,7 @@ HEADER = """\
 #   python build.py wheels verify KEY          rebuild KEY's wheel and compare it with its pin
 """
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_BYTES = 4 << 20  # a pin is ~250 bytes: room for thousands of keys
 ORIGINS = ("built", "site")
 
 
@@ -74,11 +76,13 @@ def load(manifests_root: Path | None) -> dict[str, Pin]:
         return {}
     path = pins_path(manifests_root)
     where = f"{Path(manifests_root).name}/{PINS_NAME}"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    # a regular file within its limit, or one line before a byte is read (inputfile.py)
+    text = inputfile.read_text(path, MAX_BYTES, PINS_NAME, where, "restore it from git")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise InputError(
             where, None, f"unreadable ({' '.join(str(exc).split())[:160]})", "restore it from git"
         ) from None

@@ -29,6 +29,7 @@ from mtpimage import netpolicy
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, cache_key, check_key, valid_filename
 from mtpimage.ext.wheelpins import Pin, PinMismatch
+from mtpimage.publish import digests
 from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 from mtpimage.publish.registryclient import transient as _transient
@@ -116,8 +117,8 @@ def _descriptor(d, media_type: str, where: str, ref: str) -> dict:
         got = d.get("mediaType") if isinstance(d, dict) else d
         raise ArtifactRefused(ref, f"{where} has media type {got!r}, expected {media_type}")
     digest, size = d.get("digest"), d.get("size")
-    if not (isinstance(digest, str) and digest.startswith("sha256:") and len(digest) == 71):
-        raise ArtifactRefused(ref, f"{where} has digest {digest!r}, expected sha256:<64 hex>")
+    if not (digests.valid(digest) and digest.startswith("sha256:")):  # the wheel's own sha256 is one
+        raise ArtifactRefused(ref, f"{where} has digest {digests.excerpt(digest)}, expected sha256:<64 hex>")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ArtifactRefused(ref, f"{where} has size {size!r}")
     return d
@@ -174,11 +175,19 @@ def check_config(config: bytes, key: str, layer: dict, filename: str, ref: str) 
     return meta
 
 
-def push(cache: WheelCache, key: str, repository: str, say: Callable[[str], None] | None = None) -> str:
+def push(
+    cache: WheelCache,
+    key: str,
+    repository: str,
+    say: Callable[[str], None] | None = None,
+    pin: Pin | None = None,
+) -> str:
     """Push the cached wheel of `key` as an artifact tagged `key`; -> REPO:KEY@sha256:...
     Blobs the registry has are not sent again. When the registry already holds a wheel
     artifact for the key, nothing is pushed and its reference is returned (with other bytes,
-    `say` is told: the registry's copy stays, as in the local cache the first writer wins)."""
+    `say` is told: the registry's copy stays, as in the local cache the first writer wins).
+    `pin`: the key's reviewed wheel (wheelpins.py); a cache entry whose bytes are not it is
+    refused (PinMismatch) before the registry is asked anything, as pull and builds refuse it."""
     check_key(key)
     entry = cache.get(key)
     if entry is None:
@@ -187,6 +196,15 @@ def push(cache: WheelCache, key: str, repository: str, say: Callable[[str], None
             key,
             f"not in the wheel cache {cache.root}",
             "build it, or `wheels pull` it from a registry",
+        )
+    if pin is not None and entry.sha256 != pin.sha256:
+        raise PinMismatch(
+            f"wheel cache entry {cache.root / key}",
+            key,
+            entry.sha256,
+            pin,
+            f"nothing was pushed; the cache's wheel is not the reviewed one: `build.py wheels remove "
+            f"{key[:12]}`, then pull or build it again",
         )
     client, path, name = _parse(repository)
     ref = f"{name}:{key}"

@@ -96,7 +96,9 @@ class Move:
         return out
 
 
-def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[dict, dict]:
+def _upgradable(
+    m: manifest.Manifests, names: list[str], target: str, flag: str = "--upgrade"
+) -> tuple[dict, dict]:
     """The components and compiled packages (by git) of the locked profiles that `target`
     ("*": all) names; an override of a commit in a profile is refused (it is a person's edit)."""
     comps: dict[str, dict] = {}
@@ -121,7 +123,7 @@ def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[d
         return {}, {target: pkgs[target]}
     if target not in comps:
         raise InputError(
-            "--upgrade",
+            flag,  # the command the user typed: `lock --upgrade NAME` or `bump NAME`
             target,
             f"'{target}' is not a component of the locked profiles (nor a package built from git)",
             f"use one of: {', '.join(sorted(set(comps) | set(pkgs)))}",
@@ -130,18 +132,18 @@ def _upgradable(m: manifest.Manifests, names: list[str], target: str) -> tuple[d
 
 
 def upgrade(
-    m: manifest.Manifests, names: list[str], target: str, to: str | None = None
+    m: manifest.Manifests, names: list[str], target: str, to: str | None = None, flag: str = "--upgrade"
 ) -> tuple[list[Move], str | None]:
     """Re-resolve refs (or move `target` to the ref or version `to`) and return the moves and
     components.yaml's new text (None: nothing moved). Nothing is written here: lock() writes the
     text with lock.yaml once every check passed on it. A moved git component's version is read
     from its source at the new commit and written when the manifest records one."""
-    comps, pkgs = _upgradable(m, names, target)
+    comps, pkgs = _upgradable(m, names, target, flag)
     if to is not None and target != "*" and target in comps and comps[target]["source"] != "git":
         return _move_version(m, target, comps[target], to)
     if target != "*" and target in comps and comps[target]["source"] != "git":
         raise InputError(
-            "--upgrade",
+            flag,
             target,
             f"{target} comes from PyPI, pinned by version",
             f"bump it to a version with `bump {target} --to VERSION`, or edit its version in "
@@ -433,13 +435,15 @@ def lock(
     to: str | None = None,
     write: bool = True,
     mirrors: BuildMirrors | None = None,
+    flag: str = "--upgrade",
 ) -> LockOutcome:
     """Lock `only` (else every profile) of the manifests `m`; the caller holds exclusive().
     exclude_newer: a new resolution cutoff (`now` or YYYY-MM-DDTHH:MM:SSZ); to: the ref (or a
     PyPI component's version) `upgrade_target` moves to. Stages: the cutoff and upgrades (held
     in memory), one pin per component, verify and resolve every profile, the document; then,
     only when nothing failed (and `write`), components.yaml and lock.yaml in one commit.
-    mirrors: the registry mirrors the base is read through (a build pulls it from them)."""
+    mirrors: the registry mirrors the base is read through (a build pulls it from them).
+    flag: how errors about `upgrade_target` name it (`bump` passes "bump")."""
     names = [only] if only else m.names()
     for n in names:
         manifest.resolve_profile(m, n)  # unknown profile -> InputError before any network
@@ -452,7 +456,7 @@ def lock(
     t0 = time.monotonic()
     try:
         if upgrade_target:
-            moves, staged = upgrade(m, names, upgrade_target, to)
+            moves, staged = upgrade(m, names, upgrade_target, to, flag)
             if staged is not None:
                 m = manifest.load(m.root, staged)
         plans = _plans(m, names)

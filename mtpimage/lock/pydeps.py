@@ -53,11 +53,17 @@ def rewrite(url: str) -> str:
 
 
 def ca_bundle() -> str | None:
-    if settings.current().ca_bundle:
-        return settings.current().ca_bundle
-    for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-        if os.environ.get(var):
-            return os.environ[var]
+    """The CA bundle the index requests use, checked to be a regular file of a CA bundle's
+    size (inputfile.py: a device or FIFO named there is refused in one line, not read)."""
+    from mtpimage.engine.containerengine import SECRET_LIMITS
+    from mtpimage.manifests import inputfile
+
+    named = [("MTP_CA_BUNDLE", settings.current().ca_bundle)]
+    named += [(var, os.environ.get(var)) for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")]
+    for var, path in named:
+        if path:
+            inputfile.check(Path(path), SECRET_LIMITS["--ca-bundle"], "a CA bundle", f"{var} {path}")
+            return path
     return None
 
 

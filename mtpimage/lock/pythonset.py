@@ -12,6 +12,17 @@ from mtpimage.lock import lockfile, pydeps, resolver, srcmeta
 from mtpimage.plan.model import Plan
 
 
+def resolution_fix(exc: resolver.ResolutionFailed) -> str:
+    """The fix that fits why uv failed: a pin the index does not list is not a conflict."""
+    missing = exc.not_on_index
+    if missing:
+        return (
+            f"{', '.join(missing)} is not on the index: pin a version the index lists in "
+            "components.yaml, or add the index (or mirror) that serves it"
+        )
+    return "an override or exclude in components.yaml `resolution`, with why and link"
+
+
 class PythonSets:
     """The resolution half of Locker: needs self.m, self.cutoff, self.previous, self.keep_pins,
     self.ss (a SourceSet), self.sets, self.unverified, self.failures and self.resolve_seconds."""
@@ -118,8 +129,7 @@ class PythonSets:
                 s.key,
                 doc,
                 exc,
-                f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} "
-                "(fix: an override or exclude in components.yaml `resolution`, with why and link)",
+                f"python set {s.key} ({plan.profile}): the stack does not resolve: {exc} (fix: {resolution_fix(exc)})",
             )
         self._cuda_line(plan, res.packages, s.key)
         layers = resolver.assign_layers(res.packages, _layer_members(plan))

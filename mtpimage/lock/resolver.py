@@ -42,7 +42,30 @@ UV_PLATFORM = f"x86_64-manylinux_{pydeps.GLIBC[0]}_{pydeps.GLIBC[1]}"
 
 
 class ResolutionFailed(Exception):
-    pass
+    """uv could not resolve: its reason first, then its warnings (uv prints them before the
+    reason, and they were read as the cause)."""
+
+    def __init__(self, reason: str, warnings: tuple[str, ...] = ()):
+        self.reason, self.warnings = reason, tuple(warnings)
+        tail = f" (uv's warnings: {'; '.join(self.warnings)})" if self.warnings else ""
+        super().__init__(reason + tail)
+
+    @property
+    def not_on_index(self) -> list[str]:
+        """`NAME==VERSION` pins the index does not list (uv: "there is no version of ..."),
+        or names it does not serve at all ("... was not found in the package registry")."""
+        found = re.findall(r"there is no version of ([A-Za-z0-9._-]+==[^\s,]+?)(?=[\s,]|$)", self.reason)
+        found += re.findall(r"\b([A-Za-z0-9._-]+) was not found in the package registry", self.reason)
+        return list(dict.fromkeys(found))
+
+
+def uv_failure(stderr: str, returncode: int) -> ResolutionFailed:
+    """uv's stderr as a ResolutionFailed: the lines that say why, then its warnings apart."""
+    lines = [line for line in stderr.splitlines() if line.strip() and not _UNDATED.search(line)]
+    warned = [line for line in lines if line.strip().lower().startswith("warning:")]
+    reason = " ".join(" ".join(line for line in lines if line not in warned).split())
+    warnings = tuple(" ".join(w.split())[:300] for w in warned[:5])
+    return ResolutionFailed(reason[-2500:] or f"uv exited {returncode}", warnings)
 
 
 @dataclass
@@ -280,11 +303,7 @@ def resolve(
             unbounded |= more
         took = time.monotonic() - t0
         if proc.returncode != 0:
-            text = " ".join(
-                line for line in proc.stderr.replace(str(tmpd), "").splitlines() if not _UNDATED.search(line)
-            )
-            text = " ".join(text.split())
-            raise ResolutionFailed(text[-2500:] or f"uv exited {proc.returncode}")
+            raise uv_failure(proc.stderr.replace(str(tmpd), ""), proc.returncode)
         if index_urls and not marker.is_file():
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text("")

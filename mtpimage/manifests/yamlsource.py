@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from mtpimage.errors import InputError
+from mtpimage.manifests import inputfile
 
 Path_ = tuple  # a path of keys/indices into the document
 
@@ -178,19 +179,10 @@ def load_text(text: str, file: str) -> SourceDoc:
 
 
 def load_file(path: Path, display: str | None = None) -> SourceDoc:
+    """A manifest from disk: a regular file of at most MAX_BYTES, its size known before a
+    byte is read (inputfile.py: a device, a FIFO or a directory is refused at once)."""
     display = display or str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:  # before reading it: a huge file is refused, not loaded
-            raise InputError(
-                display,
-                None,
-                f"{size} bytes; a manifest may have at most {MAX_BYTES}",
-                "split it or remove what is not a manifest",
-            )
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(display, None, "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(display, None, f"cannot read: {exc}") from None
+    text = inputfile.read_text(
+        path, MAX_BYTES, "a manifest", display, "split it or remove what is not a manifest"
+    )
     return load_text(text, display)

@@ -119,8 +119,15 @@ def resolve(
     InputError when the base has no image for `platform`."""
     where = _where(image, mirrors)
     ref, digest = where.ref, where.ref.digest
+    from mtpimage.publish.registryclient import DigestMismatch
+
     client = (client_for or _client)(ref.host)
-    got = client.manifest(ref.path, digest)
+    try:
+        got = client.manifest(ref.path, digest)
+    except DigestMismatch as exc:  # the client's own check; said here with the base's context
+        if exc.source != DigestMismatch.ASKED:
+            raise
+        got = (b"", exc.computed)
     copy_all = "copy the base with every manifest of its index (e.g. `skopeo copy --all`)"
     if got is None:
         raise where.refuse(f"has no manifest {digest}", f"{copy_all}, or pin a digest it serves")

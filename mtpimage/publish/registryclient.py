@@ -6,6 +6,14 @@ Authentication as docker does it, with docker's stored credentials (dockerauth.p
 a `Basic` challenge gets the stored login; a `Bearer` challenge sends it (or nothing, for
 anonymous pulls) to the token service named in the challenge and retries with the token.
 Timeouts come from the network policy (netpolicy.py).
+
+Nothing a registry says about content is taken on its word (docs/trust.md): a manifest's
+digest is the sha256 of the bytes it served (a `Docker-Content-Digest` header that disagrees
+is refused, DigestMismatch), a manifest asked for by digest must hash to it, and every digest
+this client puts into a URL has passed digests.checked. What fails is said as what it is:
+the network (RegistryUnreachable, exit 3), authentication (RegistryAuthRefused, exit 4), this
+machine's disk (DiskProblem, exit 5); a blob's bytes that cannot be decoded are the caller's
+to name (exit 6, errors.DecodeProblem).
 """
 
 from __future__ import annotations
@@ -18,8 +26,8 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 from mtpimage import netpolicy
-from mtpimage.errors import EnvironmentProblem
-from mtpimage.publish import dockerauth
+from mtpimage.errors import EXIT_AUTH, DiskProblem, EnvironmentProblem
+from mtpimage.publish import digests, dockerauth
 from mtpimage.publish.imageref import Registry, base_url
 
 MANIFEST_TYPES = ", ".join(
@@ -87,6 +95,27 @@ class RegistryHTTPError(EnvironmentProblem):
     def __init__(self, message: str, status: int):
         self.status = status
         super().__init__(message)
+
+
+class RegistryAuthRefused(RegistryHTTPError):
+    """HTTP 401/403: the registry answered and refused this machine's credentials (or their
+    absence). Its own exit code: a login fixes it, retrying does not."""
+
+    exit_code = EXIT_AUTH
+
+
+class DigestMismatch(EnvironmentProblem):
+    """The registry named a digest that is not the sha256 of the bytes it served."""
+
+    ASKED = "the digest asked for"  # `source` when the bytes served for a digest are others
+
+    def __init__(self, host: str, what: str, said: str, computed: str, source: str):
+        self.said, self.computed, self.source = said, computed, source
+        super().__init__(
+            f"registry {host} says {what} is {said} ({source}), but the manifest it served is "
+            f"{computed} (the sha256 of its bytes); refused: nothing was tagged, pinned or written "
+            "(fix: use a registry, or a proxy in front of it, that serves manifests unchanged)"
+        )
 
 
 def transient(exc: BaseException) -> bool:
@@ -197,17 +226,11 @@ class RegistryClient:
         return resp
 
     def manifest_digest(self, repository: str, tag: str) -> str | None:
-        """Digest of repository:tag in the registry, or None when the tag does not exist."""
-        path = self.registry.repo_path(repository)
-        what = f"looking up {self.registry.ref(repository, tag)}"
-        resp = self._request(
-            "HEAD", f"/v2/{path}/manifests/{tag}", what, f"repository:{path}:pull", {"Accept": MANIFEST_TYPES}
-        )
-        if resp.status_code == 404:
-            return None
-        if resp.status_code != 200:
-            raise self._http_error(resp.status_code, what)
-        return resp.headers.get("Docker-Content-Digest")
+        """Digest of repository:tag in the registry, or None when the tag does not exist:
+        the sha256 of the manifest's bytes (a GET, never a HEAD's header alone); a
+        Docker-Content-Digest header that names another digest is refused (DigestMismatch)."""
+        got = self.manifest(repository, tag)
+        return None if got is None else got[1]
 
     def tags(self, repository: str) -> list[str]:
         path = self.registry.repo_path(repository)
@@ -222,6 +245,7 @@ class RegistryClient:
     def delete_manifest(self, repository: str, digest: str) -> bool:
         """Delete a manifest by digest (which removes every tag naming it); True when gone."""
         path = self.registry.repo_path(repository)
+        digest = digests.checked(digest, f"registry {self.host}: a manifest digest to delete")
         resp = self._request(
             "DELETE",
             f"/v2/{path}/manifests/{digest}",
@@ -233,6 +257,7 @@ class RegistryClient:
     # -- blobs and manifests (pushing and pulling OCI artifacts) ----------------------------
     def blob_exists(self, repository: str, digest: str) -> bool:
         path = self.registry.repo_path(repository)
+        digest = digests.checked(digest, f"registry {self.host}: a blob digest")
         what = f"looking up blob {digest} in {self.registry.ref(repository)}"
         resp = self._request("HEAD", f"/v2/{path}/blobs/{digest}", what, f"repository:{path}:pull")
         if resp.status_code == 404:
@@ -245,6 +270,7 @@ class RegistryClient:
         """The monolithic upload: POST opens an upload session, one PUT carries every byte and
         names the digest, which the registry checks before it accepts the blob."""
         path = self.registry.repo_path(repository)
+        digest = digests.checked(digest, f"a blob digest to upload to {self.host}")
         scope = f"repository:{path}:pull,push"
         what = f"uploading blob {digest} to {self.registry.ref(repository)}"
         resp = self._request("POST", f"/v2/{path}/blobs/uploads/", what, scope)
@@ -265,9 +291,19 @@ class RegistryClient:
 
     def fetch_blob(self, repository: str, digest: str, out, max_bytes: int) -> tuple[str, int]:
         """Stream a blob into the binary file `out` (emptied first, so a retry starts over);
-        stop after max_bytes + 1 bytes. Returns (sha256:HEX of what came, its size): the caller
-        compares both with what it asked for."""
+        stop after max_bytes + 1 bytes. Returns (the digest of what came, in `digest`'s
+        algorithm, and its size): the caller compares both with what it asked for.
+
+        Only a failure of the transfer is a network error (RegistryUnreachable, retried by the
+        network policy). `out` failing to take the bytes is this machine's disk (DiskProblem);
+        anything else `out` raises (a decompressing sink's decode error) passes unchanged,
+        for the caller to name: it is neither the network nor the disk."""
+        import requests  # lazy: ~60 ms, only needed when a registry is involved
+
         path = self.registry.repo_path(repository)
+        digest = digests.checked(
+            digest, f"registry {self.host}: a blob digest of {self.registry.ref(repository)}"
+        )
         what = f"downloading blob {digest} from {self.registry.ref(repository)}"
         out.seek(0)
         out.truncate()
@@ -277,25 +313,37 @@ class RegistryClient:
         with resp:
             if resp.status_code != 200:
                 raise self._http_error(resp.status_code, what)
-            h, size = hashlib.sha256(), 0
-            try:
-                for chunk in resp.iter_content(1 << 20):
-                    h.update(chunk)
-                    size += len(chunk)
+            h, size = digests.hasher(digest), 0
+            chunks = resp.iter_content(1 << 20)
+            while size <= max_bytes:
+                try:
+                    chunk = next(chunks, None)
+                except requests.RequestException as exc:  # a cut transfer (requests wraps urllib3's)
+                    raise RegistryUnreachable(self.host, what, exc) from None
+                if chunk is None:
+                    break
+                h.update(chunk)
+                size += len(chunk)
+                try:
                     out.write(chunk)
-                    if size > max_bytes:
-                        break
-            except Exception as exc:  # a cut transfer: requests' and urllib3's errors alike
-                raise RegistryUnreachable(self.host, what, exc) from None
-        return f"sha256:{h.hexdigest()}", size
+                except OSError as exc:
+                    raise DiskProblem(what, getattr(out, "name", None), exc) from None
+        return f"{digest.split(':', 1)[0]}:{h.hexdigest()}", size
 
     def manifest(
-        self, repository: str, reference: str, accept: str = MANIFEST_TYPES
+        self, repository: str, reference: str, accept: str = MANIFEST_TYPES, *, check_header: bool = True
     ) -> tuple[bytes, str] | None:
         """(the manifest's bytes, their digest) for a tag or digest, or None when there is none.
-        The digest is computed from the bytes, never taken from a header."""
+        The digest is computed from the bytes, never taken from a header: a manifest asked
+        for by digest must hash to it, and a Docker-Content-Digest header that names another
+        digest is refused (DigestMismatch; `check_header=False` only for a roll-back, which
+        must still find what it pushed)."""
         path = self.registry.repo_path(repository)
-        what = f"reading manifest {self.registry.ref(repository)}:{reference}"
+        if ":" in reference:  # tags have no colon: this is a digest, perhaps one a registry gave
+            reference = digests.checked(reference, f"registry {self.host}: a manifest digest")
+        what = (
+            f"reading manifest {self.registry.ref(repository)}{'@' if ':' in reference else ':'}{reference}"
+        )
         resp = self._request(
             "GET", f"/v2/{path}/manifests/{reference}", what, f"repository:{path}:pull", {"Accept": accept}
         )
@@ -303,7 +351,19 @@ class RegistryClient:
             return None
         if resp.status_code != 200:
             raise self._http_error(resp.status_code, what)
-        return resp.content, "sha256:" + hashlib.sha256(resp.content).hexdigest()
+        body = resp.content
+        computed = digests.of(body, reference if ":" in reference else "sha256:")
+        named = self.registry.ref(repository) + ("@" if ":" in reference else ":") + reference
+        if ":" in reference and computed != reference:
+            raise DigestMismatch(self.host, named, reference, computed, DigestMismatch.ASKED)
+        said = resp.headers.get("Docker-Content-Digest")
+        if check_header and said:
+            source = "its Docker-Content-Digest header"
+            if not digests.valid(said):
+                raise DigestMismatch(self.host, named, digests.excerpt(said), computed, source)
+            if digests.of(body, said) != said:
+                raise DigestMismatch(self.host, named, said, digests.of(body, said), source)
+        return body, computed
 
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
         """PUT a manifest under a tag; returns its digest (of exactly these bytes)."""
@@ -323,6 +383,7 @@ class RegistryClient:
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         said = resp.headers.get("Docker-Content-Digest")
         if said and said != digest:
+            said = said if digests.valid(said) else digests.excerpt(said)
             raise EnvironmentProblem(
                 f"registry {self.host} stored manifest {self.registry.ref(repository)}:{reference} as {said}, "
                 f"not as the pushed bytes' {digest} (fix: use a registry that keeps manifests as pushed)"
@@ -334,6 +395,7 @@ class RegistryClient:
         registry has no such API (it answers 404 there: distribution 2.8, most older ones)."""
 
         path = self.registry.repo_path(repository)
+        digest = digests.checked(digest, f"a manifest digest whose referrers {self.host} lists")
         what = f"listing the referrers of {self.registry.ref(repository)}@{digest}"
         resp = self._request(
             "GET",
@@ -352,8 +414,12 @@ class RegistryClient:
 
     def _http_error(self, status: int, what: str) -> RegistryHTTPError:
         if status in (401, 403):
-            fix = f"docker login {self.host}, or use a registry this machine may read"
-        elif status >= 500:
+            return RegistryAuthRefused(
+                f"registry {self.host} answered HTTP {status} ({what}): authentication refused (fix: "
+                f"docker login {self.host}, or use a registry this machine may read)",
+                status,
+            )
+        if status >= 500:
             fix = "the registry itself failed: check its logs, or retry later"
         else:
             fix = f"check that {self.base_url} is a Docker registry (HTTP API v2)"

@@ -111,10 +111,10 @@ def publish(
     except BaseException:
         restore_local_tags(eng, prev_local)
         if had_content is None:
-            try:
-                digest = client.manifest_digest(repository, identity)
-                if digest:
-                    client.delete_manifest(repository, digest)
+            try:  # by the digest of its bytes, whatever a lying header said
+                got = client.manifest(repository, identity, check_header=False)
+                if got:
+                    client.delete_manifest(repository, got[1])
             except Exception:  # noqa: BLE001 - best effort; the original error matters
                 pass
         raise

@@ -162,6 +162,8 @@ def test_transient_manifest_put_faults_are_retried_by_the_tool(world, proxy, tmp
 def test_registry_lookup_failing_fails_before_any_push(world, proxy, tmp_path):
     ns = f"faults-{uuid.uuid4().hex[:8]}"
     old = _old_human_tag(world, ns)
+    # the look-up reads the manifest (GET: its digest comes from its bytes, issue #46), HEAD too
+    proxy.add("GET", r"/manifests/", "503", times=-1)
     proxy.add("HEAD", r"/manifests/", "503", times=-1)
     proc = _cli(world, "--profile", PROFILE, "--push", "--registry", f"{proxy.address}/{ns}")
     _clean_failure(proc)

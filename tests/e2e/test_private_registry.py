@@ -96,7 +96,7 @@ def test_push_and_up_to_date_with_docker_login(world, locked_registry, tmp_path)
         "--registry",
         reg,
     )
-    assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]  # authentication
     assert f"docker login {locked_registry}" in refused.stderr
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
         refused.stderr.splitlines()[-1]

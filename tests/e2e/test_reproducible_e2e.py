@@ -263,6 +263,58 @@ def test_verify_names_the_files_of_a_layer_added_on_top(world, published):
     assert "not in the rebuild, on top of it:" in errors[0] and "usr/local/bin/evil (added)" in errors[0]
 
 
+def test_verify_names_the_file_of_a_docker_commit_pushed_by_docker(world, published):
+    """Issue #46: the image pulled with docker, changed with `docker run` + `docker commit` and
+    pushed back with docker under a tag. docker 20.10 reuses the blobs it pulled (here
+    uncompressed tars) under a gzip media type; verify said "registry cannot be reached"
+    (exit 3). It reads each blob as what it is, names the media types that do not match, and
+    names the file the commit changed."""
+    host = world["host"]
+    ns, digest = _ns_digest(published)
+    base, manifest, config = _image(host.registry, ns, digest)
+    # Another image ID (a config field no check reads): dockerd here has the published image
+    # (the build loaded it), and `docker pull` of an image it has downloads nothing, so docker
+    # would know no blob to reuse; a machine without the image downloads every layer, as here.
+    config["author"] = f"mtp e2e {uuid.uuid4().hex[:8]}"
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
+    pinned = f"{host.registry}/{ns}/mtp-verl@{_put(base, 'pulled', manifest)}"
+    committed = f"{host.registry}/{ns}/mtp-verl:committed"
+    name = f"mtp-commit-{uuid.uuid4().hex[:8]}"
+    try:
+        host.docker("pull", pinned, timeout=600)
+        try:
+            host.docker(
+                "run", "--name", name, "--entrypoint", "/bin/sh", pinned, "-c", "echo changed >> /etc/issue"
+            )
+            host.docker("commit", name, committed)
+        finally:
+            host.docker("rm", "-f", name, check=False)
+        host.docker("push", committed, timeout=600)
+    finally:
+        host.docker("image", "rm", committed, pinned, check=False)
+    docker_v2 = "application/vnd.docker.distribution.manifest.v2+json"
+    body, _ = _http(
+        f"http://{host.registry}/v2/{ns}/mtp-verl/manifests/committed", headers={"Accept": docker_v2}
+    )
+    pushed = json.loads(body)["layers"]
+    reused = [d for d in pushed if d["digest"] in config["rootfs"]["diff_ids"]]
+    assert reused and all(d["mediaType"].endswith("gzip") for d in reused), pushed  # docker 20.10's form
+
+    proc = world_cli(world, "verify", "--profile", PROFILE, "--image", committed)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    assert "cannot be reached" not in proc.stderr and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "not in the rebuild, on top of it:" in errors[0] and "etc/issue (changed: content" in errors[0]
+    assert "does not match the bytes (an uncompressed tar)" in errors[0], errors[0]
+    assert "    etc/issue: changed: content" in proc.stdout, proc.stdout
+    notes = [
+        line for line in proc.stdout.splitlines() if "does not match the bytes (an uncompressed tar)" in line
+    ]
+    assert len(notes) == len(reused), proc.stdout
+
+
 def _run_elsewhere(world, args: list[str], cache: Path, umask: str, tz: str, lang: str):
     """build.py ARGS with its own cache location, umask, time zone and locale."""
     env = {**os.environ, **world["env"], "MTP_CACHE_DIR": str(cache), "TZ": tz, "LANG": lang, "LC_ALL": lang}

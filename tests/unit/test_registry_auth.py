@@ -7,6 +7,7 @@ writes them: inline `auths`, a `credHelpers` entry, or `credsStore`."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import stat
@@ -24,7 +25,8 @@ from .helpers import run_cli
 
 USER, PASSWORD = "mtp-user", "s3cret-pw"
 TOKEN = "tok-123"
-DIGEST = "sha256:" + "d" * 64
+MANIFEST = b'{"schemaVersion":2,"layers":[]}'
+DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()  # the client computes it from the bytes
 GOOD_BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
 
@@ -67,6 +69,8 @@ class _Registry(BaseHTTPRequestHandler):
             return self._send(401)
         if not self._authorised():
             return self._send(401, self._challenge())
+        if self.path.startswith("/v2/ns/mtp-verl/manifests/"):
+            return self._send(200, {"Docker-Content-Digest": DIGEST}, MANIFEST)
         if self.path == "/v2/ns/mtp-verl/tags/list":
             return self._send(
                 200,
@@ -215,5 +219,7 @@ def test_cluster_script_finds_the_digest_in_a_private_registry(private_registry,
     assert f"IMAGE='{host}#ns/mtp-verl@{DIGEST}'" in ok.stdout
     (tmp_path / "config.json").write_text("{}")
     refused = run_cli(*args, env={"DOCKER_CONFIG": str(tmp_path)})
-    assert refused.returncode == 3 and f"docker login {host}" in refused.stderr
+    assert (
+        refused.returncode == 4 and f"docker login {host}" in refused.stderr
+    )  # authentication: its own code
     assert len(refused.stderr.strip().splitlines()) == 1

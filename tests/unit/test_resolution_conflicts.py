@@ -186,3 +186,36 @@ def test_each_package_goes_to_the_lowest_layer_that_needs_it():
         "transformers": "bridges",
         "verl": "verl",
     }
+
+
+def test_a_version_the_index_does_not_list_gets_a_fix_that_fits(tmp_path):
+    """Issue #46: a failed lock said "an override or exclude" for a pin that is simply not on
+    the index; uv's own words name it, and the fix says to pin a version the index lists."""
+    from mtpimage.lock.pythonset import resolution_fix
+
+    specs = [("tiny", "1.0", [])]
+    with pytest.raises(resolver.ResolutionFailed) as info:
+        _resolve(tmp_path, ["tiny==9.9"], specs)
+    assert info.value.not_on_index == ["tiny==9.9"], info.value.reason
+    fix = resolution_fix(info.value)
+    assert (
+        fix.startswith("tiny==9.9 is not on the index: pin a version the index lists")
+        and "override" not in fix
+    )
+    with pytest.raises(resolver.ResolutionFailed) as conflict:
+        _resolve(tmp_path, ["sglang==0.5.12", "verl==0.10.0"], TRANSFORMERS)
+    assert conflict.value.not_on_index == [] and "override or exclude" in resolution_fix(conflict.value)
+
+
+def test_uvs_reason_comes_before_its_warnings():
+    stderr = (
+        "warning: The package `a==1` does not have an extra named `b`\n"
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because there is no version of torch==2.10.0 and you require torch==2.10.0, we can\n"
+        "      conclude that your requirements are unsatisfiable.\n"
+    )
+    exc = resolver.uv_failure(stderr, 1)
+    text = str(exc)
+    assert text.startswith("× No solution found") and text.index("torch==2.10.0") < text.index("warning:")
+    assert exc.warnings == ("warning: The package `a==1` does not have an extra named `b`",)
+    assert exc.not_on_index == ["torch==2.10.0"]

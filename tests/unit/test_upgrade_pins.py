@@ -80,3 +80,12 @@ def test_commit_writes_every_file_or_none(tmp_path, monkeypatch):
     monkeypatch.setattr(staging.os, "replace", real)
     assert staging.commit({a: "new a\n", b: "new b\n"}) == [a, b]
     assert staging.commit({a: "new a\n", b: "new b\n"}) == []  # same bytes: nothing written
+
+
+def test_bump_of_an_unknown_component_names_bump_not_upgrade():
+    """Issue #46: `bump NAME` said `--upgrade: ...`, a flag the user never typed."""
+    from .helpers import assert_one_line_error, run_main
+
+    proc = run_main("bump", "no-such-thing", "--dry-run")
+    line = assert_one_line_error(proc, "error: bump: no-such-thing:", "use one of: ", code=2)
+    assert "--upgrade" not in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import tarfile
 
 import pytest
@@ -121,3 +122,84 @@ def test_a_layer_added_on_top_names_the_files_it_adds_changes_and_removes(tmp_pa
     with pytest.raises(verify.NotIdentical) as info:
         verify.verdict(report)
     assert "layer 3 (bash): not in the rebuild, on top of it: opt/a.py (changed: content)" in str(info.value)
+
+
+def _docker_commit_top(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_docker_2010s_uncompressed_layers_under_a_gzip_media_type_are_read_and_named(tmp_path):
+    """What docker 20.10 pushes after `docker pull` of an image with uncompressed layers,
+    `docker run` + `docker commit`: the pulled layers' blobs reused as they are, under
+    a gzip media type, and a gzip layer on top. Issue #46: verify took the decode error for
+    a network error ("registry cannot be reached"); it reads the bytes as what they are,
+    says which media types do not match them, and names the file the commit changed."""
+    layers = [_tar({"etc/os": b"x", "opt/a.py": b"a"}), _tar({"opt/c.py": b"c"})]
+    layout = ocilayout.normalise(_layout(tmp_path / "rebuilt", layers, "FROM x"))
+    top = _docker_commit_top("opt/a.py", b"changed by docker commit")
+    z = gzip.compress(top, mtime=0)
+    gz = ocilayout.GZIP_TYPES[1]
+    manifest, config = _image([*layers, top], [(layers[0], gz), (layers[1], gz), (z, gz)])
+    config["history"] = [{"created_by": "RUN x"}, {"created_by": "RUN y"}, {"created_by": "bash"}]
+    client = Blobs(*layers, z)
+    media = verify.check_blobs(client, REF, DIGEST, manifest, config, tmp_path, lambda _: None)
+    assert sorted(media) == [1, 2]
+    assert media[1] == f"media type {gz} does not match the bytes (an uncompressed tar)"
+    report = verify.compare(client, REF, DIGEST, manifest, config, layout, tmp_path, media)
+    assert [r.same for r in report.layers] == [True, True, False]
+    text = "\n".join(verify.lines(report))
+    assert f"    media type {gz} does not match the bytes (an uncompressed tar)" in text
+    assert "    opt/a.py: changed: content" in text
+    with pytest.raises(verify.NotIdentical) as info:
+        verify.verdict(report)
+    line = info.value.one_line()
+    assert "layer 3 (bash): not in the rebuild, on top of it: opt/a.py (changed: content)" in line
+    assert f"layer 1's media type {gz} does not match the bytes (an uncompressed tar) (2 such layers)" in line
+
+
+def test_a_gzip_blob_under_a_tar_media_type_is_named_too(tmp_path):
+    base = _tar({"a": b"1"})
+    z = gzip.compress(base, mtime=0)
+    manifest, config = _image([base], [(z, TAR)])
+    media = verify.check_blobs(Blobs(z), REF, DIGEST, manifest, config, tmp_path, lambda _: None)
+    assert media == {1: f"media type {TAR} does not match the bytes (a gzip stream)"}
+
+
+def test_a_corrupt_gzip_layer_is_a_decode_error_not_the_network(tmp_path):
+    base = _tar({"a": b"1"})
+    z = bytearray(gzip.compress(base, mtime=0))
+    z[20:40] = b"\xff" * 20  # the deflate stream broken, the gzip header intact
+    manifest, config = _image([base], [(bytes(z), ocilayout.GZIP_TYPES[0])])
+    with pytest.raises(verify.DecodeProblem) as info:
+        verify.check_blobs(Blobs(bytes(z)), REF, DIGEST, manifest, config, tmp_path, lambda _: None)
+    line = info.value.one_line()
+    assert info.value.exit_code == 6
+    assert "layer 1" in line and "cannot be decoded" in line and "cannot be reached" not in line
+
+
+def test_digests_with_path_characters_in_the_manifest_are_refused_before_any_request(tmp_path):
+    from mtpimage.publish import digests
+
+    class Registry(Blobs):
+        def __init__(self, manifest: bytes):
+            super().__init__()
+            self.body, self.asked = manifest, []
+
+        def manifest(self, path, reference):
+            return self.body, _sha(self.body)
+
+        def fetch_blob(self, repository, digest, out, max_bytes):
+            self.asked.append(digest)
+            raise AssertionError("a blob was requested")
+
+    bad = {"config": {"digest": "sha256:../../../v2/other/manifests/x"}, "layers": []}
+    client = Registry(json.dumps(bad).encode())
+    with pytest.raises(digests.BadDigest) as info:
+        verify.published(client, REF, tmp_path)
+    assert "the config digest" in info.value.one_line() and client.asked == []
+    assert info.value.exit_code == 3

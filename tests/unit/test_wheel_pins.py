@@ -206,3 +206,43 @@ def test_wheels_verify_refuses_a_key_of_no_profile_and_one_with_nothing_to_compa
         env=world["env"],
     )
     assert_one_line_error(proc, "has no pin in wheels.lock.yaml and no entry", "wheels pin")
+
+
+def _swapped_pinned(world, tmp_path) -> tuple[str, str, dict]:
+    pins = _pin_all(world, _ensure(world))
+    key = next(k for k, p in pins.items() if p.name == "flash-attn")
+    return key, _swap_with_records(WheelCache(), key, tmp_path), pins
+
+
+def test_wheels_push_refuses_a_wheel_that_contradicts_its_pin_before_asking_the_registry(world, tmp_path):
+    """Issue #46: push shared a wheel that build and pull refuse. Port 1 answers nothing: a
+    push that asked the registry anything would fail as unreachable, not as the pin."""
+    from mtpimage.ext import wheelshare
+
+    key, evil, pins = _swapped_pinned(world, tmp_path)
+    with pytest.raises(wheelpins.PinMismatch) as info:
+        wheelshare.push(WheelCache(), key, "127.0.0.1:1/ns/ext-wheels", pin=pins[key])
+    assert evil in info.value.one_line() and "nothing was pushed" in info.value.one_line()
+    proc = run_cli(
+        "wheels",
+        "push",
+        "--registry",
+        "127.0.0.1:1/ns",
+        "--manifests",
+        str(world["root"]),
+        key,
+        env=world["env"],
+    )
+    line = assert_one_line_error(proc, evil, pins[key].sha256, "nothing was pushed", code=3)
+    assert "cannot be reached" not in line and proc.stdout == ""
+
+
+def test_wheels_list_verify_checks_against_the_pins_when_manifests_are_given(world, tmp_path):
+    key, evil, pins = _swapped_pinned(world, tmp_path)
+    plain = run_cli("wheels", "list", "--verify", env=world["env"])
+    assert plain.returncode == 0, plain.stderr  # meta.json agrees with the bytes: nothing seen
+    proc = run_cli("wheels", "list", "--verify", "--manifests", str(world["root"]), env=world["env"])
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 1 and evil in errors[0] and pins[key].sha256 in errors[0], proc.stderr
+    assert key[:12] not in proc.stdout  # not listed as a good entry
