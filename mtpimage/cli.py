@@ -1,4 +1,4 @@
-"""Command line: `python build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
+"""Command line: `python3 build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from mtpimage import settings
+from mtpimage import invocation, settings
 from mtpimage.errors import (
     EXIT_ENV,
     EXIT_INPUT,
@@ -78,24 +78,33 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     )
 
 
-CONSOLE_COMMAND = "mtp-image-builder"  # pyproject.toml [project.scripts]
+CONSOLE_COMMAND = invocation.CONSOLE_COMMAND
 
 
 def program_name() -> str:
-    """How the user started the tool, for usage lines and `see --help` hints."""
-    return CONSOLE_COMMAND if Path(sys.argv[0]).name == CONSOLE_COMMAND else "build.py"
+    """How the user started the tool, for usage lines and `see --help` hints: a line the user
+    can copy (`python3 build.py`, never a bare `build.py` that is not on PATH)."""
+    return invocation.command()
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=program_name(),
-        description="Build tested, reproducible verl + Megatron MTP images from manifests/.",
+        # argparse's usage line shows COMMAND as if it were required: say what none does
+        description="Build tested, reproducible verl + Megatron MTP images from manifests/. "
+        f"Without a COMMAND it runs the main job on --profile (default {DEFAULT_PROFILE}): "
+        "resolve, check, build, test in the image, tag locally (--push to publish).",
     )
     _common(parser, sub=False)
     from mtpimage.commands import mainjob
 
     mainjob.add_options(parser)  # the main job's own options: there and nowhere else
-    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    subs = parser.add_subparsers(
+        dest="command",
+        metavar="[COMMAND]",
+        parser_class=OneLineParser,
+        title="commands (none: the main job)",
+    )
 
     p = subs.add_parser("list", help="one line per profile")
     _common(p, sub=True)

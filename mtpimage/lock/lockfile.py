@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.plan.model import Component, LockedRow, Plan
 
@@ -45,11 +46,7 @@ def lock_path(manifests_root: Path) -> Path:
 def shown(manifests_root: Path, name: str = LOCK_NAME) -> str:
     """A manifests file as a message names it: relative to the working directory when it is
     below it (`manifests/lock.yaml`), else in full, so `--manifests ELSEWHERE` is named right."""
-    path = Path(manifests_root).absolute() / name
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    return invocation.shown_path(Path(manifests_root) / name)
 
 
 def relock_command(manifests_root: Path) -> str:
@@ -59,12 +56,18 @@ def relock_command(manifests_root: Path) -> str:
 
     root = Path(manifests_root)
     if root.absolute().resolve() == Path(DEFAULT_MANIFESTS).absolute().resolve():
-        return "python3 build.py lock"
-    try:
-        shown_root = str(root.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        shown_root = str(root.absolute())
-    return f"python3 build.py lock --manifests {shown_root}"
+        return f"{invocation.command()} lock"
+    return f"{invocation.command()} lock --manifests {invocation.shown_path(root)}"
+
+
+def _repair(path: Path) -> str:
+    """The fix for a lock.yaml that cannot be read: the committed copy first (no network, the
+    pins as reviewed), a new lock second (it resolves everything again, over the network)."""
+    shown_path = invocation.shown_path(path)
+    return (
+        f"restore it from git with `git checkout -- {shown_path}`, or regenerate it with "
+        f"`{relock_command(path.parent)}` (needs the network)"
+    )
 
 
 # ----------------------------------------------------------------------------- entries
@@ -246,22 +249,34 @@ def read(path: Path) -> dict | None:
     path = Path(path)
     if not path.is_file():
         return None
+    from mtpimage.manifests.yamlsource import error_line, error_text
+
     try:
+        text = path.read_text(encoding="utf-8")
         # libyaml's parser where pyyaml has it: lock.yaml is large generated data, read by
         # every plan (5x faster than the pure-Python parser; same safe constructors)
-        doc = yaml.load(
-            path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        )
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(invocation.shown_path(path), None, f"cannot read: {exc}", _repair(path)) from None
+    except yaml.MarkedYAMLError as exc:
+        try:  # the pure-Python parser names the line of an unclosed quote; libyaml's does not
+            yaml.load(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as slow:
+            exc = slow
+        line = error_line(text, exc)
+        raise InputError(
+            f"{invocation.shown_path(path)}:{line}" if line else invocation.shown_path(path),
+            None,
+            f"lock file does not parse: {error_text(exc)}",
+            _repair(path),
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(
-            str(path.name),
-            None,
-            f"lock file does not parse: {exc}",
-            "regenerate it with `python build.py lock`",
+            invocation.shown_path(path), None, f"lock file does not parse: {exc}", _repair(path)
         ) from None
     if not isinstance(doc, dict) or doc.get("schema") != LOCK_SCHEMA:
         raise InputError(
-            path.name, "schema", f"not a {LOCK_SCHEMA} lock file", "regenerate it with `python build.py lock`"
+            invocation.shown_path(path), "schema", f"not a {LOCK_SCHEMA} lock file", _repair(path)
         )
     return doc
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import schema
@@ -56,10 +57,8 @@ class Manifests:
 
 
 def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root.parent))
-    except ValueError:
-        return str(path)
+    """The file as errors name it: a path the user can open from where the command ran."""
+    return invocation.shown_path(path)
 
 
 def load_catalogue(root: Path, text: str | None = None) -> Catalogue:
@@ -393,7 +392,7 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
             "--profile",
             name,
             f"unknown profile '{name}'",
-            f"use one of: {', '.join(m.names())} (see `python build.py list`)",
+            f"use one of: {', '.join(m.names())} (see `{invocation.command()} list`)",
         )
     docs = _chain(m, name)
     leaf = docs[0]
