@@ -152,11 +152,32 @@ def command_modules():
     return MODULES
 
 
+def plans_of(m, names: list[str], args) -> tuple[list[Plan], list[InputError]]:
+    """The plans of `names`, and the errors of the profiles that did not load or resolve (the
+    files `load(keep_going=True)` set aside first): one broken profile stops none of the others."""
+    plans: list[Plan] = []
+    errors: list[InputError] = [b.error for b in m.broken]
+    for name in names:
+        try:
+            plans.append(plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)))
+        except InputError as exc:
+            errors.append(exc)
+    return plans, errors
+
+
+def report_broken(errors: list[InputError]) -> None:
+    """One `error:` line per broken profile, after the answer for the others; an error every
+    profile shares (a broken lock.yaml) once."""
+    for line in _lines(errors):
+        print(f"error: {line}", file=sys.stderr)
+
+
 def cmd_list(args) -> int:
-    m = load_for(args)
+    m = load_for(args, keep_going=True)
     rows = []
-    for name in m.names():
-        plan = plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args))
+    plans, broken = plans_of(m, m.names(), args)
+    for plan in plans:
+        name = plan.profile
         rows.append(
             {
                 "name": name,
@@ -169,20 +190,25 @@ def cmd_list(args) -> int:
         )
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        flag = " [experimental]" if r["experimental"] else ""
-        print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {r['summary']}{flag}")
-    return 0
+    else:
+        from mtpimage.outputs.report import summary_text
+
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r, plan in zip(rows, plans, strict=True):
+            print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {summary_text(plan)}")
+    report_broken(broken)
+    return EXIT_INPUT if broken else 0
 
 
 def cmd_check(args) -> int:
     from mtpimage.lock.probes import evaluate_plans
 
-    m = load_for(args)
-    names = [args.profile] if getattr(args, "profile", None) else m.names()
-    plans = [plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)) for name in names]
+    m = load_for(args, keep_going=True)
+    one = getattr(args, "profile", None)
+    if one:  # the profile asked for: its own error, whole, as before
+        plans, broken = [plan_for(m, one, getattr(args, "sets", None), **substitutions_of(args))], []
+    else:
+        plans, broken = plans_of(m, m.names(), args)
     bases = base_platforms(plans, m.root, getattr(args, "registry_mirror", None))
     reports = evaluate_plans(plans, m.root, args.probe_sources)
     unfetched = {c: why for _, _, missing in reports for c, why in missing.items()}
@@ -200,7 +226,8 @@ def cmd_check(args) -> int:
                         **({"unfetched_sources": miss} if args.probe_sources else {}),
                     }
                     for p, res, miss in reports
-                ],
+                ]
+                + [{"profile": None, "ok": False, "error": line} for line in _lines(broken)],
                 indent=2,
             )
         )
@@ -226,9 +253,16 @@ def cmd_check(args) -> int:
             f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above{fix}",
             file=sys.stderr,
         )
+    report_broken(broken)
+    if broken:  # a profile that does not load is bad input, whatever the others' rules say
+        return EXIT_INPUT
     if failed:
         return EXIT_RULES
     return EXIT_ENV if unfetched else 0
+
+
+def _lines(errors: list[InputError]) -> list[str]:
+    return list(dict.fromkeys(exc.one_line() for exc in errors))
 
 
 def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
@@ -242,8 +276,10 @@ def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
 
 
 def cmd_explain(args) -> int:
-    m = load_for(args)
+    m = load_for(args, keep_going=True)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    for b in m.broken:  # the profile asked for is fine; say which others are not, and go on
+        print(f"warning: skipped a profile file that does not load: {b.error.one_line()}", file=sys.stderr)
     if args.target not in plan.targets:
         raise InputError(
             "--target",

@@ -258,7 +258,8 @@ def read(path: Path) -> dict | None:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(invocation.shown_path(path), None, f"cannot read: {exc}", _repair(path)) from None
-    except yaml.MarkedYAMLError as exc:
+    except yaml.MarkedYAMLError as fast:
+        exc = fast
         try:  # the pure-Python parser names the line of an unclosed quote; libyaml's does not
             yaml.load(text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as slow:

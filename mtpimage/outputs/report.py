@@ -6,6 +6,14 @@ from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
 
+def summary_text(plan: Plan) -> str:
+    """A profile's summary with `[experimental]` when it is, said once: a summary that already
+    starts with "experimental" (mtp-rollout's) gets no second mark."""
+    if not plan.experimental or plan.summary.lower().startswith("experimental"):
+        return plan.summary
+    return f"{plan.summary} [experimental]"
+
+
 def _rule_lines(results: list[rules.RuleResult]) -> list[str]:
     lines = []
     for r in rules.errors(results):
@@ -121,7 +129,7 @@ def package_origin(p) -> str:
 
 
 def print_plan(plan: Plan, results: list[rules.RuleResult], image: str) -> None:
-    print(f"profile   {plan.profile}{' [experimental]' if plan.experimental else ''}: {plan.summary}")
+    print(f"profile   {plan.profile}: {summary_text(plan)}")
     print(f"mode      {plan.mode}   targets {', '.join(plan.targets)}")
     print(f"engine    {engine_text(plan.training_engine_dict())}")
     print(f"image     {image}")
