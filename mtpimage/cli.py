@@ -20,7 +20,7 @@ from mtpimage.errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from mtpimage.manifests.modelconfig import model_warnings
+from mtpimage.manifests.modelconfig import check_model
 from mtpimage.outputs.report import print_checks, print_plan
 from mtpimage.plan import rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
@@ -292,8 +292,13 @@ def cmd_explain(args) -> int:
         f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
         for r in rules.errors(results) + rules.warnings(results)
     ]
+    failures: list[str] = []  # a model the overrides would fail on: said first, exit 1
     if args.model_config:
-        notes += model_warnings(args.model_config)
+        found = check_model(args.model_config)
+        failures, notes = found.failures, notes + found.warnings
+    for line in failures:
+        print(f"error: {line}", file=sys.stderr)
+    done = EXIT_RULES if failures else 0
     if args.cluster:
         from mtpimage.commands.cluster import layout_of, signed_by_of
         from mtpimage.outputs.jobscripts import published_job_script
@@ -309,7 +314,7 @@ def cmd_explain(args) -> int:
             signed_by_of(args),
         )
         print(job, end="")
-        return 0
+        return done
     overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
@@ -331,6 +336,7 @@ def cmd_explain(args) -> int:
                     "settings": [
                         {"key": t["key"], "why": t["why"].strip(), "link": t["link"]} for t in settings
                     ],
+                    "failures": failures,
                     "warnings": notes,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
@@ -338,7 +344,7 @@ def cmd_explain(args) -> int:
                 indent=2,
             )
         )
-        return 0
+        return done
     print(f"# {plan.profile}: {plan.summary}")
     print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
     if plan.choose_when:
@@ -361,7 +367,7 @@ def cmd_explain(args) -> int:
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")
-    return 0
+    return done
 
 
 def cmd_main(args):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtpimage.errors import InputError
@@ -23,7 +24,22 @@ def _positive(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+@dataclass(frozen=True)
+class ModelCheck:
+    """What `explain --model-config` found: failures (the run would fail: exit 1, said first)
+    and warnings (it would run, but not as the user likely wants)."""
+
+    failures: list[str]
+    warnings: list[str]
+
+
 def model_warnings(path: Path) -> list[str]:
+    """Every finding as one list (failures first)."""
+    found = check_model(path)
+    return found.failures + found.warnings
+
+
+def check_model(path: Path) -> ModelCheck:
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -35,14 +51,14 @@ def model_warnings(path: Path) -> list[str]:
     if not isinstance(config, dict):
         raise InputError(str(path), None, "expected a JSON object", "pass the model's config.json")
     facts = verl_facts()["model_config"]
-    out = []
+    failures, out = [], []
     keys = facts["mtp_layers_keys"]
     found = {k: _get(config, k) for k in keys}
     if not any(_positive(v) for v in found.values()):
         seen = ", ".join(f"{k} is {v}" for k, v in found.items() if v is not None) or (
             f"none of {', '.join(keys)} is set"
         )
-        out.append(
+        failures.append(
             f"{path}: {seen}: the model has no MTP layers, so every MTP setting is a no-op and "
             "verl's check_mtp_config raises ValueError('enable mtp while model has no mtp layer') "
             "when mtp.enable=True (fix: use a model with MTP weights, or drop the MTP overrides)"
@@ -58,4 +74,4 @@ def model_warnings(path: Path) -> list[str]:
             f"MiMo needs {want} before the upstream RL example runs "
             f'(fix: set "max_position_embeddings": {want} in config.json)'
         )
-    return out
+    return ModelCheck(failures, out)
