@@ -44,6 +44,11 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_INPUT)
 
 
+# The answer first: by default one short line per declared departure and per warning; the
+# reasons and links (300-750 characters each) only when asked. --json always has everything.
+VERBOSE_HELP = "each declared departure's reason and link, each warning's message and fix"
+
+
 def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     d = argparse.SUPPRESS if sub else None
     p.add_argument(
@@ -117,6 +122,7 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fetch each pinned source and decide rules from its code (see `lock`)",
     )
+    p.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     from mtpimage.commands.image import add_registry_mirror
 
     add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
@@ -134,7 +140,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--registry", metavar="HOST[:PORT]/NAMESPACE", help="where the image was published (with --cluster)"
     )
-    p.add_argument("--digest", metavar="sha256:...", help="use this digest instead of asking the registry")
+    p.add_argument(
+        "--digest",
+        metavar="sha256:...",
+        help="use this digest instead of asking the registry (see the job script before publishing)",
+    )
+    p.add_argument("--why", "--verbose", dest="verbose", action="store_true", help=VERBOSE_HELP)
     from mtpimage.commands import cluster
 
     cluster.add_options(p)
@@ -232,7 +243,7 @@ def cmd_check(args) -> int:
             )
         )
     else:
-        print_checks([(plan, res) for plan, res, _ in reports])
+        print_checks([(plan, res) for plan, res, _ in reports], args.verbose)
         for line in dict.fromkeys(v.line for v in bases.values()):  # one line per distinct base
             print(f"base image {line}")
         from mtpimage.manifests import sitefacts
@@ -356,7 +367,10 @@ def cmd_explain(args) -> int:
     print(f"# image: {image_of(plan, m.root)}")
     from mtpimage.outputs.report import resolution_lines
 
-    for line in resolution_lines(plan):
+    departures = resolution_lines(plan, args.verbose)
+    if departures and not args.verbose:
+        print(f"# {len(departures)} declared departures from upstream's declarations (--why shows why):")
+    for line in departures:
         print(f"# {line.strip()}")
     for name, p in patches:
         print(f"# patch {name}: {p.describe()} ({p.url})")
@@ -406,7 +420,7 @@ def cmd_main(args):
             job = main_job(args, m, plan)
             check_frozen(job, warn=lambda _msg: None)
             base_first(plan, image_of(plan, m.root), getattr(args, "registry", None), job.build, m.root)
-        print_plan(plan, results, image_of(plan, m.root))
+        print_plan(plan, results, image_of(plan, m.root), args.verbose)
     if rules.errors(results):
         return EXIT_RULES
     if args.dry_run:

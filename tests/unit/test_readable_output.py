@@ -25,7 +25,7 @@ def plans():
 
 
 def test_check_prints_the_shared_resolution_once(plans):
-    proc = run_cli("check")
+    proc = run_cli("check", "--verbose")
     assert proc.returncode == 0, proc.stderr
     one = report.resolution_lines(next(iter(plans.values())))
     assert one
