@@ -1,6 +1,6 @@
 """How the user started the tool, for usage lines and the fix hints a user copies.
 
-A hint that says `python build.py ...` fails on stock Debian 12, which has `python3` and no
+A hint that names `python` (not `python3`) fails on stock Debian 12, which has `python3` and no
 `python` (README); one that says `build.py ...` fails from another folder. So a hint names the
 console command when that is what ran, else `python3` and build.py's path from the folder the
 command ran in. Generated files that outlive the run (a job script's header) say
