@@ -347,8 +347,8 @@ def cmd_explain(args) -> int:
                     "settings": [
                         {"key": t["key"], "why": t["why"].strip(), "link": t["link"]} for t in settings
                     ],
-                    "failures": failures,
                     "warnings": notes,
+                    "failures": failures,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
                 },
