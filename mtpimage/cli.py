@@ -173,6 +173,8 @@ def plans_of(m, names: list[str], args) -> tuple[list[Plan], list[InputError]]:
             plans.append(plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)))
         except InputError as exc:
             errors.append(exc)
+    if errors and not plans:  # nothing loads: one cause (a cycle, base.yaml), one line, as ever
+        raise errors[0]
     return plans, errors
 
 
