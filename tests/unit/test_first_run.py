@@ -211,7 +211,6 @@ def test_check_prints_the_answer_first_and_the_reasons_on_request():
     assert short.returncode == 0, short.stderr
     lines = short.stdout.splitlines()
     assert max(map(len, lines)) <= 200, max(lines, key=len)
-    assert len(short.stdout) < 1600, len(short.stdout)  # 4,172 bytes in 19 lines before
     assert "    override transformers==5.10.4" in lines
     assert "; --verbose shows why):" in short.stdout
     full = run_cli("check", "--verbose")
@@ -222,6 +221,8 @@ def test_check_prints_the_answer_first_and_the_reasons_on_request():
     )
     assert "fix: prefer mtp-detach unless you are measuring speculative rollout" in full.stdout
     assert "fix: prefer mtp-detach" not in short.stdout
+    # relative, so a new rule does not break it: before #50 the default was what --verbose is
+    assert 2 * len(short.stdout) < len(full.stdout), (len(short.stdout), len(full.stdout))
 
 
 def test_explain_and_the_dry_run_keep_the_reasons_behind_a_flag():
