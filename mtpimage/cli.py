@@ -1,4 +1,4 @@
-"""Command line: `python build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
+"""Command line: `python3 build.py [SUBCOMMAND] ...`; no subcommand runs the main job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from mtpimage import settings
+from mtpimage import invocation, settings
 from mtpimage.errors import (
     EXIT_ENV,
     EXIT_INPUT,
@@ -42,6 +42,11 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         print(f"error: {self.prog}: {message} (fix: see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+
+
+# The answer first: by default one short line per declared departure and per warning; the
+# reasons and links (300-750 characters each) only when asked. --json always has everything.
+VERBOSE_HELP = "each declared departure's reason and link, each warning's message and fix"
 
 
 def _common(p: argparse.ArgumentParser, sub: bool) -> None:
@@ -78,24 +83,33 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
     )
 
 
-CONSOLE_COMMAND = "mtp-image-builder"  # pyproject.toml [project.scripts]
+CONSOLE_COMMAND = invocation.CONSOLE_COMMAND
 
 
 def program_name() -> str:
-    """How the user started the tool, for usage lines and `see --help` hints."""
-    return CONSOLE_COMMAND if Path(sys.argv[0]).name == CONSOLE_COMMAND else "build.py"
+    """How the user started the tool, for usage lines and `see --help` hints: a line the user
+    can copy (`python3 build.py`, never a bare `build.py` that is not on PATH)."""
+    return invocation.command()
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=program_name(),
-        description="Build tested, reproducible verl + Megatron MTP images from manifests/.",
+        # argparse's usage line shows COMMAND as if it were required: say what none does
+        description="Build tested, reproducible verl + Megatron MTP images from manifests/. "
+        f"Without a COMMAND it runs the main job on --profile (default {DEFAULT_PROFILE}): "
+        "resolve, check, build, test in the image, tag locally (--push to publish).",
     )
     _common(parser, sub=False)
     from mtpimage.commands import mainjob
 
     mainjob.add_options(parser)  # the main job's own options: there and nowhere else
-    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    subs = parser.add_subparsers(
+        dest="command",
+        metavar="[COMMAND]",
+        parser_class=OneLineParser,
+        title="commands (none: the main job)",
+    )
 
     p = subs.add_parser("list", help="one line per profile")
     _common(p, sub=True)
@@ -108,6 +122,7 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fetch each pinned source and decide rules from its code (see `lock`)",
     )
+    p.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     from mtpimage.commands.image import add_registry_mirror
 
     add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
@@ -125,7 +140,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--registry", metavar="HOST[:PORT]/NAMESPACE", help="where the image was published (with --cluster)"
     )
-    p.add_argument("--digest", metavar="sha256:...", help="use this digest instead of asking the registry")
+    p.add_argument(
+        "--digest",
+        metavar="sha256:...",
+        help="use this digest instead of asking the registry (see the job script before publishing)",
+    )
+    p.add_argument("--why", "--verbose", dest="verbose", action="store_true", help=VERBOSE_HELP)
     from mtpimage.commands import cluster
 
     cluster.add_options(p)
@@ -143,11 +163,34 @@ def command_modules():
     return MODULES
 
 
+def plans_of(m, names: list[str], args) -> tuple[list[Plan], list[InputError]]:
+    """The plans of `names`, and the errors of the profiles that did not load or resolve (the
+    files `load(keep_going=True)` set aside first): one broken profile stops none of the others."""
+    plans: list[Plan] = []
+    errors: list[InputError] = [b.error for b in m.broken]
+    for name in names:
+        try:
+            plans.append(plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)))
+        except InputError as exc:
+            errors.append(exc)
+    if errors and not plans:  # nothing loads: one cause (a cycle, base.yaml), one line, as ever
+        raise errors[0]
+    return plans, errors
+
+
+def report_broken(errors: list[InputError]) -> None:
+    """One `error:` line per broken profile, after the answer for the others; an error every
+    profile shares (a broken lock.yaml) once."""
+    for line in _lines(errors):
+        print(f"error: {line}", file=sys.stderr)
+
+
 def cmd_list(args) -> int:
-    m = load_for(args)
+    m = load_for(args, keep_going=True)
     rows = []
-    for name in m.names():
-        plan = plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args))
+    plans, broken = plans_of(m, m.names(), args)
+    for plan in plans:
+        name = plan.profile
         rows.append(
             {
                 "name": name,
@@ -160,20 +203,25 @@ def cmd_list(args) -> int:
         )
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        flag = " [experimental]" if r["experimental"] else ""
-        print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {r['summary']}{flag}")
-    return 0
+    else:
+        from mtpimage.outputs.report import summary_text
+
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r, plan in zip(rows, plans, strict=True):
+            print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {summary_text(plan)}")
+    report_broken(broken)
+    return EXIT_INPUT if broken else 0
 
 
 def cmd_check(args) -> int:
     from mtpimage.lock.probes import evaluate_plans
 
-    m = load_for(args)
-    names = [args.profile] if getattr(args, "profile", None) else m.names()
-    plans = [plan_for(m, name, getattr(args, "sets", None), **substitutions_of(args)) for name in names]
+    m = load_for(args, keep_going=True)
+    one = getattr(args, "profile", None)
+    if one:  # the profile asked for: its own error, whole, as before
+        plans, broken = [plan_for(m, one, getattr(args, "sets", None), **substitutions_of(args))], []
+    else:
+        plans, broken = plans_of(m, m.names(), args)
     bases = base_platforms(plans, m.root, getattr(args, "registry_mirror", None))
     reports = evaluate_plans(plans, m.root, args.probe_sources)
     unfetched = {c: why for _, _, missing in reports for c, why in missing.items()}
@@ -191,12 +239,13 @@ def cmd_check(args) -> int:
                         **({"unfetched_sources": miss} if args.probe_sources else {}),
                     }
                     for p, res, miss in reports
-                ],
+                ]
+                + [{"profile": None, "ok": False, "error": line} for line in _lines(broken)],
                 indent=2,
             )
         )
     else:
-        print_checks([(plan, res) for plan, res, _ in reports])
+        print_checks([(plan, res) for plan, res, _ in reports], args.verbose)
         for line in dict.fromkeys(v.line for v in bases.values()):  # one line per distinct base
             print(f"base image {line}")
         from mtpimage.manifests import sitefacts
@@ -217,9 +266,16 @@ def cmd_check(args) -> int:
             f"{'it' if len(unfetched) == 1 else 'them'} are UNKNOWN above{fix}",
             file=sys.stderr,
         )
+    report_broken(broken)
+    if broken:  # a profile that does not load is bad input, whatever the others' rules say
+        return EXIT_INPUT
     if failed:
         return EXIT_RULES
     return EXIT_ENV if unfetched else 0
+
+
+def _lines(errors: list[InputError]) -> list[str]:
+    return list(dict.fromkeys(exc.one_line() for exc in errors))
 
 
 def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
@@ -233,8 +289,10 @@ def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
 
 
 def cmd_explain(args) -> int:
-    m = load_for(args)
+    m = load_for(args, keep_going=True)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    for b in m.broken:  # the profile asked for is fine; say which others are not, and go on
+        print(f"warning: skipped a profile file that does not load: {b.error.one_line()}", file=sys.stderr)
     if args.target not in plan.targets:
         raise InputError(
             "--target",
@@ -247,9 +305,13 @@ def cmd_explain(args) -> int:
         f"{r.rule.id}: {r.detail}. {r.rule.message} (fix: {r.rule.fix})"
         for r in rules.errors(results) + rules.warnings(results)
     ]
+    failures: list[str] = []  # a model the overrides would fail on: said first, exit 1
     model = check_model(args.model_config) if args.model_config else None
     if model is not None:
-        notes += model.warnings
+        failures, notes = model.failures, notes + model.warnings
+    for line in failures:
+        print(f"error: {line}", file=sys.stderr)
+    done = EXIT_RULES if failures else 0
     if args.cluster:
         from mtpimage.commands.cluster import layout_of, signed_by_of
         from mtpimage.outputs.jobscripts import published_job_script
@@ -265,7 +327,7 @@ def cmd_explain(args) -> int:
             signed_by_of(args),
         )
         print(job, end="")
-        return 0
+        return done
     overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
@@ -291,13 +353,14 @@ def cmd_explain(args) -> int:
                         if model
                         else {}
                     ),
+                    "failures": failures,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
                 },
                 indent=2,
             )
         )
-        return 0
+        return done
     print(f"# {plan.profile}: {plan.summary}")
     print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
     if plan.choose_when:
@@ -309,7 +372,10 @@ def cmd_explain(args) -> int:
     print(f"# image: {image_of(plan, m.root)}")
     from mtpimage.outputs.report import resolution_lines
 
-    for line in resolution_lines(plan):
+    departures = resolution_lines(plan, args.verbose)
+    if departures and not args.verbose:
+        print(f"# {len(departures)} declared departures from upstream's declarations (--why shows why):")
+    for line in departures:
         print(f"# {line.strip()}")
     for name, p in patches:
         print(f"# patch {name}: {p.describe()} ({p.url})")
@@ -322,7 +388,7 @@ def cmd_explain(args) -> int:
     print("\n".join(overrides))
     for note in notes:
         print(f"# warning: {note}")
-    return 0
+    return done
 
 
 def cmd_main(args):
@@ -361,7 +427,7 @@ def cmd_main(args):
             job = main_job(args, m, plan)
             check_frozen(job, warn=lambda _msg: None)
             base_first(plan, image_of(plan, m.root), getattr(args, "registry", None), job.build, m.root)
-        print_plan(plan, results, image_of(plan, m.root))
+        print_plan(plan, results, image_of(plan, m.root), args.verbose)
     if rules.errors(results):
         return EXIT_RULES
     if args.dry_run:

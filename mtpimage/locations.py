@@ -2,7 +2,7 @@
 the image files render.py packs into every build context, and the manifests directory used
 when --manifests is not given.
 
-Run from a checkout (`python build.py`), both sit next to the package: images/ and manifests/.
+Run from a checkout (`python3 build.py`), both sit next to the package: images/ and manifests/.
 Installed (pip, pipx: pyproject.toml ships images/ inside the package as mtpimage/images),
 there is no checkout: the image files come from the package, and the manifests from the
 current directory's ./manifests, because a project's manifests live with that project, not

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpimage import invocation
 from mtpimage.mirrors import INDEX_SETTING
 
 HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE"
@@ -127,7 +128,7 @@ class Watcher:
                 "or drop its rebuilt copy), or correct the setting; the lock stays as it is)"
                 if self.through_mirror
                 else " (fix: the file changed under the same URL (a re-upload, or a mirror serving other "
-                "bytes); find out why before `python build.py lock` records the new hash)"
+                f"bytes); find out why before `{invocation.command()} lock` records the new hash)"
             )
         )
 

@@ -1,4 +1,4 @@
-"""The main job (`python build.py --profile NAME`), as one sequence of steps:
+"""The main job (`python3 build.py --profile NAME`), as one sequence of steps:
 
     frozen check -> render -> up to date? -> build (untagged) -> test -> tag -> push
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpimage import engine
+from mtpimage import engine, invocation
 from mtpimage.assembly import buildlog, imagetest, sizes
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.assembly.versionvector import identity_labels
@@ -150,7 +150,7 @@ def check_frozen(job: MainJob, warn: Say = _warn) -> None:
     if job.frozen is None and not lockfile.lock_path(job.manifests.root).is_file():
         warn(
             f"warning: no {job.manifests.root.name}/lock.yaml: building unlocked pins "
-            "(run `python build.py lock`)"
+            f"(run `{invocation.command()} lock`)"
         )
         return
     lockfile.check_frozen(job.manifests, job.plan)
@@ -187,7 +187,7 @@ def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirror
             f"({exc.reason}) (fix: `docker pull` or `docker load` it on this machine, or "
             "build where the registry is reachable; real profiles need their real CUDA base. "
             "To try the stack on a machine that cannot reach it, build on a local stand-in "
-            "base: MTP_SUBSTITUTE_BASE, see docs/real-stack.md)"
+            "base: --substitute-base NAME:TAG@sha256:... (or MTP_SUBSTITUTE_BASE), see docs/real-stack.md)"
         ) from None
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name as canonical
 
+from mtpimage import invocation
 from mtpimage.assembly import steps as st
 from mtpimage.assembly.templating import environment
 from mtpimage.errors import EnvironmentProblem
@@ -161,7 +162,8 @@ def _wheel_steps(plan: Plan, name: str, mine: list[LockedRow]) -> list[st.Step]:
         if unhashed:
             raise UnpinnedPackage(
                 f"{', '.join(unhashed)} from index {index} would install without a sha256 "
-                "(fix: `python build.py lock` where the index answers, or build it from a pinned source)"
+                f"(fix: `{invocation.command()} lock` where the index answers, or build it from a pinned "
+                "source)"
             )
     return out
 
@@ -331,7 +333,7 @@ def _builders(plan: Plan, images: Path, layers: tuple[InstallLayer, ...]) -> tup
     if after is None:
         raise UnpinnedPackage(
             f"{', '.join(p.name for p in pkgs)}: compiled extensions need a locked "
-            f"{plan.builds_against} to build against (fix: `python build.py lock`)"
+            f"{plan.builds_against} to build against (fix: `{invocation.command()} lock`)"
         )
     template = environment(images).get_template("partials/ext_build.j2")
     # what the stage runs is part of how the wheel is made: its key covers the helper too

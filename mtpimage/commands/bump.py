@@ -1,6 +1,6 @@
 """`build.py bump`: move one pin, verified before anything is written.
 
-    python build.py bump COMPONENT [--to REF|--latest] [--exclude-newer WHEN] [--dry-run]
+    python3 build.py bump COMPONENT [--to REF|--latest] [--exclude-newer WHEN] [--dry-run]
                                    [--report FILE]
 
 One transaction, on the lock machinery (locker.lock with an upgrade target): resolve the ref

@@ -3,12 +3,12 @@ the image workflow's own steps: `stack` (the shared stack, built once), `disk` (
 a job needs), `published` (a pushed image's digest, for signing) and `summary` (the job
 summary). See mtpimage/commands/__init__.py.
 
-  python build.py ci [--registry HOST[:PORT]/NAMESPACE] [--check]
-  python build.py diff A B [--set C.F=V ...] [--set-a C.F=V ...] [--json] [--exit-code]
-  python build.py stack [--profile NAME ...] [--push --registry REG] [--cache-from-args]
-  python build.py disk --need-gb N --job NAME [--path PATH ...]
-  python build.py published --profile NAME --registry REG
-  python build.py summary --profile NAME FILE
+  python3 build.py ci [--registry HOST[:PORT]/NAMESPACE] [--check]
+  python3 build.py diff A B [--set C.F=V ...] [--set-a C.F=V ...] [--json] [--exit-code]
+  python3 build.py stack [--profile NAME ...] [--push --registry REG] [--cache-from-args]
+  python3 build.py disk --need-gb N --job NAME [--path PATH ...]
+  python3 build.py published --profile NAME --registry REG
+  python3 build.py summary --profile NAME FILE
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from mtpimage import invocation
 from mtpimage.errors import EXIT_RULES, InputError
 from mtpimage.manifests import manifest
 from mtpimage.outputs import vectordiff, workflow
@@ -310,7 +311,7 @@ def cmd_published(args) -> int:
     if digest is None:
         print(
             f"error: {reg.ref(IMAGE_REPOSITORY, rendered.identity)} is not in the registry "
-            f"(fix: run the profile's publish job first: python build.py --profile {args.profile} "
+            f"(fix: run the profile's publish job first: {invocation.command()} --profile {args.profile} "
             f"--push --registry {reg})",
             file=sys.stderr,
         )

@@ -1,7 +1,7 @@
 """`explain --cluster` options of a multi-node job (node counts, mounts, network), parsed into
 an outputs.multinode.Layout. Parsing only; the job itself is outputs/jobscripts.py's.
 
-  python build.py explain --profile P --target rl --cluster slurm|apptainer|kuberay \\
+  python3 build.py explain --profile P --target rl --cluster slurm|apptainer|kuberay \\
       --registry HOST/NS --nodes N [--rollout-nodes M] [--gpus-per-node G] [--mount SRC:DST ...] \\
       [--ray-interface IF] [--nccl-socket-ifname IF] [--gloo-socket-ifname IF] [--ib-hca HCAS]
 """

@@ -1,8 +1,8 @@
 """Render, build, test and publish images: the command line of the image stages.
 
-  python build.py render --profile NAME [--out DIR] [--with-sources]
-  python build.py test --profile NAME [--image REF] [--gpu] [--full-checks]
-  python build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
+  python3 build.py render --profile NAME [--out DIR] [--with-sources]
+  python3 build.py test --profile NAME [--image REF] [--gpu] [--full-checks]
+  python3 build.py --profile NAME [--push --registry HOST[:PORT]/NS] [--ca-bundle PATH] ...
 
 The main job itself is pipeline.py's; its command line is commands/mainjob.py's. The build
 options it shares with `test` (add_build_arguments) are registered here.

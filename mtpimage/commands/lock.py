@@ -1,6 +1,6 @@
 """`build.py lock`: verify every pin and write manifests/lock.yaml; `--frozen` for builds.
 
-    python build.py lock [--profile NAME] [--upgrade [COMPONENT]] [--exclude-newer WHEN]
+    python3 build.py lock [--profile NAME] [--upgrade [COMPONENT]] [--exclude-newer WHEN]
                          [--require-verified]
 
 What cannot be checked from this machine (a host git cannot resolve, an index that does

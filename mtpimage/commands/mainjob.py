@@ -30,6 +30,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="resolve, check and print the plan without Docker"
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="in the plan: each declared departure's reason and link, each warning's message and fix",
+    )
+    parser.add_argument(
         "--frozen",
         dest="frozen",
         action=argparse.BooleanOptionalAction,

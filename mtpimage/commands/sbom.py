@@ -1,6 +1,6 @@
 """`sbom`: the image's software bill of materials (CycloneDX 1.5 JSON, sbom.py).
 
-  python build.py sbom --profile NAME [--out FILE]
+  python3 build.py sbom --profile NAME [--out FILE]
 
 Made from the plan and lock.yaml alone (no build, no network); the compiled extensions'
 wheels are named with their sha256 when this machine's wheel cache holds them. The main job
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from mtpimage import invocation
 
 
 def cmd_sbom(args) -> int:
@@ -26,7 +28,7 @@ def cmd_sbom(args) -> int:
     if not plan.locked:
         print(
             f"warning: {plan.profile} has no matching lock.yaml: the SBOM lists versions as pinned, "
-            "without files or sha256 (fix: python build.py lock)",
+            f"without files or sha256 (fix: {invocation.command()} lock)",
             file=sys.stderr,
         )
     if args.out is None:

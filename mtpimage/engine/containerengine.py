@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from mtpimage import invocation
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
 from mtpimage.mirrors import INDEX_SECRET, REGISTRY_SETTING, BuildMirrors, RegistryMirror
 
@@ -208,7 +209,7 @@ class ContainerEngine(ABC):
                 key,
                 "no such image in the local Docker engine (a name without a "
                 "registry host is not looked up on docker.io)",
-                "build it with python build.py --profile NAME, `docker load` or `docker pull` "
+                f"build it with {invocation.command()} --profile NAME, `docker load` or `docker pull` "
                 "it, or give the registry: HOST[:PORT]/NAME:TAG",
             )
         try:

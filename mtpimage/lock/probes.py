@@ -654,7 +654,7 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     fetch = sources.remembering_fetch() if probe_sources else None
     f = rules_mod.facts_for(manifests_root)
     out = []
-    m = None if probe_sources else manifest.load(manifests_root)
+    m = None if probe_sources else manifest.load(manifests_root, keep_going=True)
     for plan in plans:
         probes, missing, evidence = None, {}, "probe"
         if probe_sources:

@@ -86,7 +86,7 @@ def uv_bin() -> str:
             return found
     raise EnvironmentProblem(
         "uv is not installed (fix: pip install -r requirements.txt; "
-        "`python build.py` does it on its first run)"
+        "`python3 build.py` does it on its first run)"
     )
 
 

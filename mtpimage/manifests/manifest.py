@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import schema
@@ -43,23 +44,40 @@ class ResolvedProfile:
     overridden_fields: dict[str, list[str]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BrokenProfile:
+    """A profile file that did not load (`load(keep_going=True)`): its file and its error."""
+
+    path: Path
+    error: InputError
+
+    @property
+    def stem(self) -> str:
+        """The profile name its file name suggests (the name inside did not load)."""
+        return self.path.stem
+
+
 @dataclass
 class Manifests:
     root: Path
     catalogue: Catalogue
     profiles: dict[str, SourceDoc]  # name -> raw (partially validated) doc
+    # profile files that did not load; only `load(keep_going=True)` leaves any here
+    broken: list[BrokenProfile] = field(default_factory=list)
 
     def names(self, include_abstract: bool = False) -> list[str]:
         return sorted(
             n for n, d in self.profiles.items() if include_abstract or not d.data.get("abstract", False)
         )
 
+    def broken_named(self, name: str) -> BrokenProfile | None:
+        """The broken file that likely holds profile `name`, for an error that names the cause."""
+        return next((b for b in self.broken if b.stem == name), None)
+
 
 def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root.parent))
-    except ValueError:
-        return str(path)
+    """The file as errors name it: a path the user can open from where the command ran."""
+    return invocation.shown_path(path)
 
 
 def load_catalogue(root: Path, text: str | None = None) -> Catalogue:
@@ -175,9 +193,12 @@ def check_patches(cat: Catalogue, comp: str, patches: list[dict], where: str | N
             )
 
 
-def load(root: Path | None = None, components_text: str | None = None) -> Manifests:
+def load(root: Path | None = None, components_text: str | None = None, keep_going: bool = False) -> Manifests:
     """manifests/ as on disk, or with components.yaml replaced by `components_text` (a staged
-    edit that `lock --upgrade` and `bump` verify before they write it)."""
+    edit that `lock --upgrade` and `bump` verify before they write it). `keep_going`: a profile
+    file that does not load is recorded in `broken` instead of stopping everything, so `list`,
+    `check` and `explain` still answer for the others (components.yaml stays fatal: every
+    profile needs it)."""
     root = Path(root or DEFAULT_MANIFESTS)
     if not root.is_dir():
         raise InputError(
@@ -189,26 +210,39 @@ def load(root: Path | None = None, components_text: str | None = None) -> Manife
     catalogue = load_catalogue(root, components_text)
     profiles: dict[str, SourceDoc] = {}
     pdir = root / "profiles"
+    broken: list[BrokenProfile] = []
     for path in sorted(pdir.glob("*.yaml")) if pdir.is_dir() else []:
-        doc = load_file(path, _rel(path, root))
-        if not isinstance(doc.data, dict):
-            raise InputError(doc.file, None, "expected a mapping at the top level")
-        schema.validate(doc, "profile", partial=True)
-        for key in ("schema_version", "name"):
-            if key not in doc.data:
-                raise InputError(doc.where(), key, f"missing required key '{key}'", f"add '{key}'")
-        name = doc.data["name"]
-        if name in profiles:
-            raise InputError(
-                doc.where(("name",)),
-                "name",
-                f"duplicate profile name '{name}' (also in {profiles[name].file})",
-                "give each profile a unique name",
-            )
-        profiles[name] = doc
-    if not profiles:
+        try:
+            doc = _load_profile(path, root, profiles)
+        except InputError as exc:
+            if not keep_going:
+                raise
+            broken.append(BrokenProfile(path, exc))
+            continue
+        profiles[doc.data["name"]] = doc
+    if not profiles and not broken:
         raise InputError(_rel(pdir, root), None, "no profiles found", "add manifests/profiles/<name>.yaml")
-    return Manifests(root, catalogue, profiles)
+    return Manifests(root, catalogue, profiles, broken)
+
+
+def _load_profile(path: Path, root: Path, profiles: dict[str, SourceDoc]) -> SourceDoc:
+    """One profile file, parsed and partly validated (the rest needs its parents)."""
+    doc = load_file(path, _rel(path, root))
+    if not isinstance(doc.data, dict):
+        raise InputError(doc.file, None, "expected a mapping at the top level")
+    schema.validate(doc, "profile", partial=True)
+    for key in ("schema_version", "name"):
+        if key not in doc.data:
+            raise InputError(doc.where(), key, f"missing required key '{key}'", f"add '{key}'")
+    name = doc.data["name"]
+    if name in profiles:
+        raise InputError(
+            doc.where(("name",)),
+            "name",
+            f"duplicate profile name '{name}' (also in {profiles[name].file})",
+            "give each profile a unique name",
+        )
+    return doc
 
 
 def _chain(m: Manifests, name: str) -> list[SourceDoc]:
@@ -227,6 +261,8 @@ def _chain(m: Manifests, name: str) -> list[SourceDoc]:
                 "make the chain end at a profile without 'extends'",
             )
         doc = m.profiles.get(current)
+        if doc is None and m.broken_named(current) is not None:
+            raise m.broken_named(current).error  # the parent's own error names what to fix
         if doc is None:
             child = m.profiles[seen[-1]]
             raise InputError(
@@ -388,12 +424,14 @@ def _check_mode_targets(data: dict, where_of) -> None:
 
 
 def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> ResolvedProfile:
+    if name not in m.profiles and m.broken_named(name) is not None:
+        raise m.broken_named(name).error
     if name not in m.profiles:
         raise InputError(
             "--profile",
             name,
             f"unknown profile '{name}'",
-            f"use one of: {', '.join(m.names())} (see `python build.py list`)",
+            f"use one of: {', '.join(m.names())} (see `{invocation.command()} list`)",
         )
     docs = _chain(m, name)
     leaf = docs[0]

@@ -75,14 +75,24 @@ def read_config(path: Path) -> dict:
 
 @dataclass(frozen=True)
 class ModelCheck:
+    """What `explain --model-config` found: the MTP layers as verl counts them, failures (the
+    run would fail: exit 1, said first) and warnings (it would run, not as likely wanted)."""
+
     layers: MtpLayers
     warnings: list[str]
+    failures: list[str] = field(default_factory=list)
+
+
+def model_warnings(path: Path) -> list[str]:
+    """Every finding as one list (failures first)."""
+    found = check_model(path)
+    return found.failures + found.warnings
 
 
 def check_model(path: Path) -> ModelCheck:
     config = read_config(path)
     facts = verl_facts()["model_config"]
-    out = []
+    failures, out = [], []
     keys = facts["mtp_layers_keys"]
     layers = mtp_layers(config, keys)
     if layers.unreadable:
@@ -96,7 +106,7 @@ def check_model(path: Path) -> ModelCheck:
         seen = ", ".join(f"{k} is {v}" for k, v in layers.seen.items() if v is not None) or (
             f"none of {', '.join(keys)} is set"
         )
-        out.append(
+        failures.append(
             f"{path}: {seen}: the model has no MTP layers, so every MTP setting is a no-op and "
             "verl's check_mtp_config raises ValueError('enable mtp while model has no mtp layer') "
             "when mtp.enable=True (fix: use a model with MTP weights, or drop the MTP overrides)"
@@ -113,4 +123,4 @@ def check_model(path: Path) -> ModelCheck:
             f"MiMo needs {want} before the upstream RL example runs "
             f'(fix: set "max_position_embeddings": {want} in config.json)'
         )
-    return ModelCheck(layers, out)
+    return ModelCheck(layers, out, failures)

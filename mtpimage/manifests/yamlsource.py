@@ -143,6 +143,30 @@ def _mark_line(text: str, mark) -> int:
     return line
 
 
+# Contexts that start where the typo is: a key that lost its colon ("while scanning a simple
+# key"), an unclosed quote or bracket. PyYAML's problem mark is where it noticed, often the next
+# line or the end of the file. A block collection's context is its first line (the file's top,
+# maybe), so there the problem mark is the better line.
+_TYPO_CONTEXTS = ("while scanning", "while parsing a flow")
+
+
+def error_line(text: str, exc: yaml.MarkedYAMLError) -> int | None:
+    """The 1-based line a person fixes for a YAML error in `text`, or None."""
+    ctx = exc.context or ""
+    if exc.context_mark is not None and ctx.startswith(_TYPO_CONTEXTS):
+        return _mark_line(text, exc.context_mark)
+    mark = exc.problem_mark or exc.context_mark
+    return _mark_line(text, mark) if mark is not None else None
+
+
+def error_text(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's problem and context without its marks, which name the parser's input
+    (`"<unicode string>", line 3549`) rather than the file."""
+    problem = exc.problem or ""
+    context = exc.context or ""
+    return f"{problem} ({context})" if problem and context else problem or context or "does not parse"
+
+
 def _scalar(node: yaml.ScalarNode) -> Any:
     return _resolver_loader.construct_object(node, deep=True)
 
@@ -161,10 +185,12 @@ def load_text(text: str, file: str) -> SourceDoc:
         loader = _BoundedLoader(text, file)  # its reader refuses unprintable characters
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{file}:{_mark_line(text, mark)}" if mark else file
+        line = error_line(text, exc)
         raise InputError(
-            where, None, f"invalid YAML: {exc.problem or exc.context}", "fix the YAML syntax at that line"
+            f"{file}:{line}" if line else file,
+            None,
+            f"invalid YAML: {error_text(exc)}",
+            "fix the YAML syntax at that line",
         ) from None
     except yaml.YAMLError as exc:
         raise InputError(file, None, f"invalid YAML: {exc}", "fix the YAML syntax") from None

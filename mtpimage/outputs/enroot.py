@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from mtpimage import children, engine
+from mtpimage import children, engine, invocation
 from mtpimage.assembly.versionvector import VECTOR_PATH
 from mtpimage.errors import EnvironmentProblem, InputError
 
@@ -30,7 +30,10 @@ def export_enroot(image: str, out: Path, eng: engine.ContainerEngine) -> tuple[P
     mksquashfs, tar = _need("mksquashfs"), _need("tar")
     if eng.image_id(image) is None:
         raise InputError(
-            "--image", image, "image not found locally", "build it first: python build.py --profile NAME"
+            "--image",
+            image,
+            "image not found locally",
+            f"build it first: {invocation.command()} --profile NAME",
         )
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +61,7 @@ def export_enroot(image: str, out: Path, eng: engine.ContainerEngine) -> tuple[P
                     "--image",
                     image,
                     f"{VECTOR_PATH} missing: not an image this tool built",
-                    "export an image built by python build.py",
+                    f"export an image built by {invocation.command()}",
                 )
             partial = out.with_name(out.name + ".partial")
             partial.unlink(missing_ok=True)

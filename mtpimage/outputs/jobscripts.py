@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.outputs import driver, multinode, rayjob
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
@@ -193,7 +194,8 @@ def published_job_script(
                 "--registry",
                 registry,
                 f"{reg.ref(IMAGE_REPOSITORY, identity)} is not published",
-                f"run python build.py --profile {plan.profile} --push --registry {registry}",
+                f"run {invocation.command()} --profile {plan.profile} --push --registry {registry}, "
+                "or see the job script before publishing with --digest sha256:...",
             )
     return job_script(
         plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout, signed_by

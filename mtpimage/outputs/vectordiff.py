@@ -1,4 +1,4 @@
-"""`python build.py diff A B`: what differs between two version vectors.
+"""`python3 build.py diff A B`: what differs between two version vectors.
 
 A side is a profile (its Plan, `Plan.to_dict()`), a version-vector JSON file, or an image
 reference (the vector the image stage writes to /opt/mtp/version.json, found through the
@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.plan.model import LockedRow
 
@@ -346,7 +347,7 @@ def vector_from_image(ref: str, eng) -> dict:
             ref,
             None,
             f"the image has no version vector at {value}",
-            "compare images built by this tool (python build.py --profile NAME)",
+            f"compare images built by this tool ({invocation.command()} --profile NAME)",
         )
     return json.loads(_first_file(data, ref))
 

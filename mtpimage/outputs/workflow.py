@@ -1,4 +1,4 @@
-"""Generate the GitHub Actions workflows from the profiles (`python build.py ci`).
+"""Generate the GitHub Actions workflows from the profiles (`python3 build.py ci`).
 
 `.github/workflows/images.yml` gets one matrix entry per image (each non-abstract
 profile); `.github/workflows/tests.yml` runs the README's test command. Both come from
@@ -284,7 +284,7 @@ def verify_summary(profile: str, image: str, repository: str) -> str:
         "Job scripts pinned to this digest, with these checks in their head:",
         "",
         "```bash",
-        f"python build.py explain --profile {profile} --target rl --cluster slurm "
+        f"python3 build.py explain --profile {profile} --target rl --cluster slurm "
         f"--registry {name.rsplit('/', 1)[0]} --digest {digest} --signed-by {repository}",
         "```",
         "",

@@ -14,14 +14,15 @@ from mtpimage.manifests import manifest
 from mtpimage.plan.model import Plan, build_plan
 
 
-def load(manifests_dir: Path | None = None) -> manifest.Manifests:
-    """The manifests directory given by --manifests, else this checkout's manifests/."""
-    return manifest.load(manifests_dir)
+def load(manifests_dir: Path | None = None, keep_going: bool = False) -> manifest.Manifests:
+    """The manifests directory given by --manifests, else this checkout's manifests/
+    (`keep_going`: see manifest.load)."""
+    return manifest.load(manifests_dir, keep_going=keep_going)
 
 
-def load_for(args) -> manifest.Manifests:
+def load_for(args, keep_going: bool = False) -> manifest.Manifests:
     """The manifests of a parsed command line (its --manifests, when the command has one)."""
-    return load(getattr(args, "manifests", None))
+    return load(getattr(args, "manifests", None), keep_going=keep_going)
 
 
 def plan_for(

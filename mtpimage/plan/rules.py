@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
+from mtpimage import invocation
 from mtpimage.manifests import modes
 from mtpimage.plan import mtponly
 from mtpimage.plan.facts import rules_data
@@ -357,7 +358,7 @@ def torch_cuda_match(plan: Plan, f: dict) -> Verdict:
                 return Verdict(
                     UNKNOWN,
                     f"torch {torch.version} from PyPI: its CUDA line is read from the wheel's "
-                    "requirements (cuda-toolkit / nvidia-cuda-runtime) once `python build.py lock` "
+                    f"requirements (cuda-toolkit / nvidia-cuda-runtime) once `{invocation.command()} lock` "
                     f'resolved it; or add `{torch.version}: "NNN"` to pypi_torch_cuda in '
                     "mtpimage/data/rules.yaml",
                 )
@@ -404,7 +405,9 @@ def unpinned_ref(plan: Plan, f: dict) -> Verdict:
 def hash_pinned(plan: Plan, f: dict) -> Verdict:
     """Every locked row has a sha256, or is compiled here from a source pinned by hash."""
     if not plan.locked:
-        return Verdict(NA, "no lock for this plan: `--frozen` builds refuse it; run `python build.py lock`")
+        return Verdict(
+            NA, f"no lock for this plan: `--frozen` builds refuse it; run `{invocation.command()} lock`"
+        )
     built = {canonical(p.name) for p in plan.packages if p.build is not None}
     loose = [
         f"{r.name}=={r.version} (index {r.index})"

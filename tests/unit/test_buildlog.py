@@ -62,7 +62,7 @@ def test_pips_hash_refusal_in_a_build_log_is_one_line(tmp_path, http_server):
     assert line == (
         f"pip refused a file whose sha256 is not the locked one: tiny-ext==0.1 from {url} has sha256 "
         f"{got}, lock.yaml pins {pinned} (fix: the file changed under the same URL (a re-upload, or a "
-        "mirror serving other bytes); find out why before `python build.py lock` records the new hash)"
+        "mirror serving other bytes); find out why before `python3 build.py lock` records the new hash)"
     )
     assert buildlog.explain(text) == line  # the same without BuildKit's prefixes
 

@@ -158,7 +158,7 @@ def test_verify_summary_names_digest_identity_and_issuer():
     assert "--certificate-oidc-issuer https://token.actions.githubusercontent.com" in proc.stdout
     assert f"gh attestation verify oci://{image} --owner Acme" in proc.stdout
     assert (
-        f"python build.py explain --profile mtp-detach --target rl --cluster slurm --registry ghcr.io/acme "
+        f"python3 build.py explain --profile mtp-detach --target rl --cluster slurm --registry ghcr.io/acme "
         f"--digest sha256:{'ab' * 32} --signed-by Acme/builder" in proc.stdout
     )
 

@@ -123,12 +123,22 @@ def test_explain_modes_differ_as_documented():
     assert "enable_rollout=True" in rollout and "speculative_algorithm=EAGLE" in rollout
 
 
-def test_explain_warns_about_model_without_mtp(tmp_path):
+def test_explain_fails_first_for_a_model_without_mtp(tmp_path):
+    """#50 item 5: verl raises ValueError with these overrides: a failed check, said first in
+    one error line (file, field, fix), exit 1; not a warning at the end with exit 0."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "qwen2", "num_nextn_predict_layers": 0}))
     proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
-    assert proc.returncode == 0
-    assert "no MTP layers" in proc.stdout and "no-op" in proc.stdout
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"error: {cfg}: num_nextn_predict_layers is 0: the model has no MTP layers"), line
+    assert "no-op" in line and "(fix: " in line
+    assert "no MTP layers" not in proc.stdout  # not repeated among the warnings
+    as_json = run_main(
+        "explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg), "--json"
+    )
+    assert as_json.returncode == 1
+    assert "no MTP layers" in json.loads(as_json.stdout)["failures"][0]
 
 
 @pytest.mark.parametrize(
@@ -155,12 +165,12 @@ def test_explain_names_every_key_it_read_when_there_are_no_mtp_layers(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 0}}))
     proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
-    assert "text_config.mtp_num_hidden_layers is 0: the model has no MTP layers" in proc.stdout
+    assert "text_config.mtp_num_hidden_layers is 0: the model has no MTP layers" in proc.stderr
     cfg.write_text(json.dumps({"model_type": "qwen2"}))
     proc = run_main("explain", "--profile", "mtp-detach", "--target", "rl", "--model-config", str(cfg))
     assert (
         "none of num_nextn_predict_layers, mtp_num_hidden_layers, text_config.mtp_num_hidden_layers"
-        in proc.stdout
+        in proc.stderr
     )
 
 

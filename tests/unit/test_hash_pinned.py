@@ -95,7 +95,7 @@ def test_check_and_render_refuse_a_lock_with_a_hashless_row(tmp_path):
     out = run_cli("--manifests", str(m), "render", "--profile", PROFILE, "--out", str(tmp_path / "r"))
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"error: {VICTIM} from index pypi would install without a sha256 (fix: `python build.py lock` "
+        f"error: {VICTIM} from index pypi would install without a sha256 (fix: `python3 build.py lock` "
         "where the index answers, or build it from a pinned source)"
     ]
     assert not (tmp_path / "r" / "Dockerfile").exists()

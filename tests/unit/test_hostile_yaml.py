@@ -128,7 +128,8 @@ def test_a_plain_alias_still_works():
         ("schema_version: 1\nextends: base\nengine: [unclosed\n", 3),
         ("schema_version: 1\nextends: base\nengine: [unclosed", 3),
         ("schema_version: 1\nextends: base\nsummary: 'never closed\n", 3),
-        ("schema_version: 1\nextends: base\nengine: {a: 1\n\n", 4),
+        # #50: the line of the unclosed brace, not the empty line where the parser gave up
+        ("schema_version: 1\nextends: base\nengine: {a: 1\n\n", 3),
     ],
 )
 def test_yaml_error_on_the_last_line_names_that_line(hostile, text, line):

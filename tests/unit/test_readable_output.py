@@ -25,7 +25,7 @@ def plans():
 
 
 def test_check_prints_the_shared_resolution_once(plans):
-    proc = run_cli("check")
+    proc = run_cli("check", "--verbose")
     assert proc.returncode == 0, proc.stderr
     one = report.resolution_lines(next(iter(plans.values())))
     assert one
@@ -95,7 +95,10 @@ def test_the_missing_base_error_points_to_the_stand_in(plans, monkeypatch):
     with pytest.raises(EnvironmentProblem) as err:
         pipeline.base_preflight(plans["mtp-detach"], no_images)
     assert "is not present locally" in str(err.value)
-    assert "MTP_SUBSTITUTE_BASE, see docs/real-stack.md" in str(err.value)
+    # #50: the flag first (what a user types), the variable beside it
+    assert "--substitute-base NAME:TAG@sha256:... (or MTP_SUBSTITUTE_BASE), see docs/real-stack.md" in str(
+        err.value
+    )
 
 
 def test_dry_run_names_what_the_tool_compiles_and_keeps_its_columns(plans, capsys):

@@ -1,0 +1,135 @@
+"""#50 item 1: every command README.md shows runs as shown, with the result it describes.
+
+The commands are read from the README itself: each line of its ```bash blocks and each inline
+`python3 build.py ...` or `scripts/...` span. Those that answer offline in seconds run through
+cli.main exactly as written (the main job as a dry run: it would build); the others (Docker,
+the network, GPUs) must parse as written, and their `--help` must answer. A README edit that
+adds a command needing one more flag fails here, as `explain --cluster slurm --registry REG`
+(no --target, and no image published) would have.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import stat
+
+import pytest
+
+from tests.unit.helpers import REPO, run_main
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DIGEST = "sha256:" + "ab" * 32
+# README placeholders, as a reader fills them in
+PLACEHOLDERS = {
+    "sha256:...": DIGEST,
+    "REF": f"127.0.0.1:5000/my-org/mtp-verl@{DIGEST}",
+}
+# A model with MTP layers (MiMo's config as the README asks for it): explain passes on it.
+MODEL_CONFIG = {"model_type": "mimo", "num_nextn_predict_layers": 1, "max_position_embeddings": 32768}
+# Commands that run here: list, check, explain, the main job (as a dry run) and --help.
+OFFLINE = {"list", "check", "explain", None, "--help"}
+# What needs Docker, the network or GPUs: parsed as written, not run.
+NEEDS_MORE = ("--probe-sources",)
+
+
+def readme_commands() -> list[str]:
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    for span in re.findall(r"`([^`\n]+)`", prose):
+        if span.startswith(("python3 build.py", "scripts/", "sudo bash scripts/")):
+            out.append(span)
+    return list(dict.fromkeys(out))
+
+
+def argv_of(command: str) -> list[str]:
+    words = shlex.split(command)
+    assert words[:2] == ["python3", "build.py"], command
+    return [PLACEHOLDERS.get(w, w) for w in words[2:]]
+
+
+def subcommand(argv: list[str]) -> str | None:
+    """The COMMAND of argv (None: the main job); "--help" for a help request."""
+    from mtpimage import cli
+
+    if "--help" in argv:
+        return "--help"
+    return cli.make_parser().parse_args(argv).command
+
+
+COMMANDS = readme_commands()
+TOOL = [c for c in COMMANDS if c.startswith("python3 build.py")]
+SCRIPTS = [c for c in COMMANDS if not c.startswith("python3 build.py")]
+
+
+def test_the_readme_shows_its_commands():
+    # the two commands, the demo, the five most used and the second block at least
+    assert len(TOOL) >= 15, TOOL
+    assert "python3 build.py --profile mtp-cp-recompute" in TOOL
+    assert any("--cluster slurm" in c and "--digest" in c for c in TOOL), "the way to see a job script first"
+
+
+@pytest.mark.parametrize("command", SCRIPTS)
+def test_each_script_the_readme_names_is_there_and_executable(command):
+    words = shlex.split(command)
+    path = REPO / next(w for w in words if w.startswith("scripts/"))
+    assert path.is_file(), command
+    if words[0].startswith("scripts/"):  # run as a program, not through bash
+        assert path.stat().st_mode & stat.S_IXUSR, f"{path} is not executable"
+
+
+@pytest.mark.parametrize("command", TOOL)
+def test_each_readme_command_parses_as_written(command):
+    argv = argv_of(command)
+    try:
+        subcommand(argv)
+    except SystemExit as exc:  # argparse: a missing or unknown flag
+        pytest.fail(f"{command!r} does not parse (exit {exc.code})")
+    help_argv = [argv[0], "--help"] if argv and not argv[0].startswith("-") else ["--help"]
+    proc = run_main(*help_argv)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: "), (help_argv, proc.stderr)
+
+
+@pytest.mark.parametrize("command", [c for c in TOOL if not any(flag in c for flag in NEEDS_MORE)])
+def test_each_offline_readme_command_runs_as_written(command, tmp_path, monkeypatch):
+    argv = argv_of(command)
+    which = subcommand(argv)
+    if which not in OFFLINE:
+        pytest.skip(f"`{which}` needs Docker, the network or GPUs here: parsed and --help only")
+    if which is None and "--help" not in argv and "--dry-run" not in argv:
+        argv.append("--dry-run")  # the main job builds; its dry run answers without Docker
+    (tmp_path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    if "--cluster" in argv and "--digest" not in argv:
+        # the README says: a job pinned to the digest the registry has for the tested image
+        from mtpimage.publish.registryclient import RegistryClient
+
+        monkeypatch.setattr(RegistryClient, "manifest_digest", lambda self, repo, tag: DIGEST)
+    proc = run_main(*argv, cwd=tmp_path)
+    if "--set" in argv:  # README: this pin fails rule recompute-padding-mask
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert "ERROR recompute-padding-mask" in proc.stdout
+        return
+    assert proc.returncode == 0, (command, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    if "--cluster" in argv:
+        assert f"@{DIGEST}" in proc.stdout and proc.stdout.startswith("#!/bin/bash"), proc.stdout[:300]
+    if "--json" in argv:
+        json.loads(proc.stdout)
+
+
+def test_no_readme_command_needs_python_named_python():
+    """Stock Debian 12 has python3 only (README): no command of the page says `python build.py`."""
+    assert "python build.py" not in README
+    assert all(c.startswith(("python3 ", "scripts/", "sudo ")) for c in COMMANDS), COMMANDS
+
+
+def test_placeholders_stay_placeholders():
+    # what the test fills in must be what a reader would: no placeholder reaches a command run
+    for command in TOOL:
+        assert "<" not in command and not re.search(r"\bREG\b", command), command
