@@ -321,3 +321,31 @@ def test_the_image_checks_run_the_trainer_only_with_a_gpu_and_report_each_promis
     assert got["trainer:mtp-params-get-gradient+recompute"]["status"] == "fail"
     assert got["trainer:output-layer-gets-mtp-loss+recompute"]["detail"].startswith("reported: ")
     assert "2 -> 1" in got["trainer:notes"]["detail"]
+
+
+# ------------------------------------------------------------------------------ rl-only profiles
+def _rendered(profile: str, name: str) -> list[str] | None:
+    files = render(plan_for(manifest.load(MANIFESTS), profile, None), MANIFESTS).files
+    data = files.get(f"mtp/verl/{name}")
+    return None if data is None else data.decode().splitlines()
+
+
+def test_an_rl_only_profiles_training_side_maps_to_sft_by_verls_own_keys():
+    spec = importlib.util.spec_from_file_location(
+        "trainer_payload", MANIFESTS.parent / "scripts" / "device" / "trainer_payload.py"
+    )
+    tp = importlib.util.module_from_spec(spec)
+    sys.modules["trainer_payload"] = tp  # its dataclasses look their module up
+    spec.loader.exec_module(tp)
+    # a profile with both targets: its RL overrides map onto exactly its rendered SFT ones
+    for profile in ("mtp-detach", "mtp-cp-recompute", "mtp-load-only"):
+        assert tp.sft_of_rl(_rendered(profile, "rl.overrides")) == _rendered(profile, "sft.overrides"), (
+            profile
+        )
+    assert _rendered("mtp-rollout", "sft.overrides") is None  # rl only
+    sft = tp.sft_of_rl(_rendered("mtp-rollout", "rl.overrides"))
+    assert "model.mtp.detach_encoder=False" in sft and "model.mtp.enable_rollout=True" in sft
+    assert "+engine.override_transformer_config.mtp_detach_heads=True" in sft
+    assert not any("rollout.name" in ln or ln.startswith("actor_rollout_ref.") for ln in sft)
+    with pytest.raises(SystemExit):
+        tp.sft_of_rl(["actor_rollout_ref.rollout.n=4"])
