@@ -44,7 +44,10 @@ python3 -c "import transformer_engine.pytorch, megatron.core, megatron.bridge, m
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 pids=()
 for p in "$@"; do
-    python3 images/checks/trainer_check.py --json --variants --work /tmp/w-$p \
+    # MTP_NO_VARIANTS="P ...": these profiles without --variants (device time: a profile whose
+    # recipe and engine settings another profile of the call already shows adds nothing there)
+    case " ${MTP_NO_VARIANTS:-} " in *" $p "*) variants="" ;; *) variants=--variants ;; esac
+    python3 images/checks/trainer_check.py --json $variants --work /tmp/w-$p \
         --version-vector $D/profiles/$p/version.json --overrides $D/profiles/$p/sft.overrides \
         > $OUT/$p.json 2> $OUT/$p.err &
     pids+=($!)
