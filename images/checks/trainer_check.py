@@ -19,15 +19,21 @@ asserts what the profile's mode promises (the contract in the version vector):
   full          mtp_1_loss logged and falling; with the main loss scaled to 0 the MTP loss
                 alone reaches the trunk (decoder and embedding gradients non-zero)
   mtp-only      mtp_1_loss logged and falling; with the main loss at 0: exactly zero gradient
-                in the decoder and embedding, non-zero in every MTP parameter; the output layer
-                (shared with the main head) zero where the overrides detach it
-                (mtp_detach_heads), otherwise its gradient is reported, as `explain` says
+                in the decoder, the embedding and the output layer (shared with the main head),
+                non-zero in every MTP parameter; the main loss equal, to every printed digit,
+                to a load-only run with the same engine settings made in the same invocation
+                (the image's overrides with the mode's MtpConfig lines but `enable` and
+                mtp_detach_heads left out): the main model trains exactly as with MTP off
   + recompute   the same under full recompute (the overrides say so): every MTP parameter must
                 still get gradient (a detach that leaves nothing requiring grad stops MTP
                 training silently)
 
---variants adds, as evidence, the runs with the mode's transformer settings flipped (mtp-only
-with and without mtp_detach_heads), reported but not judged. Context parallelism above the GPU
+--variants adds, as evidence, the MTP-loss-only runs of the configurations mtp-only had before
+issue 45, read off the image's own recipe (its `*.mtp.detach_encoder=` and `*mtp_detach_heads=`
+lines), reported but not judged: verl's detach_encoder=True alone (the output layer gets MTP-loss
+gradient) and detach_encoder=True with mtp_detach_heads (under full recompute the MTP block gets
+none: verl's copy of _get_embeddings lacks Megatron's checkpoint guard). A variant that is the
+image's own recipe is left out. Context parallelism above the GPU
 count is lowered to what the node has, and said so. Where flash-attn or apex is absent (an
 image built with them omitted), the stand-in settings verl's path then needs are added and
 named in the report.
@@ -166,23 +172,90 @@ def test_size(work: Path, run: str, steps: int, gpus: int) -> list[str]:
     ]
 
 
+def setting_value(lines, name: str) -> str | None:
+    """The value of the last override whose key ends with `.NAME` (Hydra: the last one wins)."""
+    found = None
+    for ln in lines:
+        if setting_key(ln).endswith(f".{name}"):
+            found = ln.split("=", 1)[1]
+    return found
+
+
+def mtp_prefix(lines) -> str:
+    """The MtpConfig key prefix of these overrides (`model.mtp.` for SFT), from their `enable` line."""
+    for ln in lines:
+        key = setting_key(ln)
+        if key.endswith(".mtp.enable"):
+            return key[: -len("enable")]
+    return "model.mtp."
+
+
+# The MtpConfig field that a load-only reference keeps: MTP built and loaded, not trained.
+LOAD_ONLY_KEEPS = ("enable",)
+
+
+def load_only_of(lines) -> tuple[str, ...]:
+    """The same overrides as load-only: every MtpConfig line but `enable` dropped (enable_train
+    then defaults to False) and Megatron's mtp_detach_heads with them; the engine's settings
+    (recompute, context parallelism, stand-ins) stay, so only MTP training differs."""
+    prefix = mtp_prefix(lines)
+    out = []
+    for ln in lines:
+        key = setting_key(ln)
+        if key.startswith(prefix) and key[len(prefix) :] not in LOAD_ONLY_KEEPS:
+            continue
+        if key.endswith(".mtp_detach_heads"):
+            continue
+        out.append(ln)
+    return tuple(out)
+
+
+def with_recipe(lines, detach_encoder: str, detach_heads: bool, transformer_prefix: str) -> tuple[str, ...]:
+    """These overrides with verl's detach_encoder and Megatron's mtp_detach_heads set as given."""
+    prefix = mtp_prefix(lines)
+    out = [
+        ln
+        for ln in lines
+        if not setting_key(ln).endswith(".mtp_detach_heads") and setting_key(ln) != f"{prefix}detach_encoder"
+    ]
+    out.append(f"{prefix}detach_encoder={detach_encoder}")
+    if detach_heads:
+        # not in verl's override_transformer_config struct: Hydra needs `+` to add it
+        out.append(f"+{transformer_prefix}mtp_detach_heads=True")
+    return tuple(out)
+
+
+# The mtp-only configurations before issue 45 (detach_encoder, mtp_detach_heads), as evidence:
+# verl's detach alone lets the MTP loss reach the output layer (megatron-core >= 0.19 detaches
+# the output weight only under mtp_detach_heads); with mtp_detach_heads as well, full recompute
+# leaves no input of the checkpointed MTP layer requiring grad (verl's _get_embeddings copy has
+# no checkpoint guard) and the MTP block gets no gradient.
+OLD_RECIPES = (
+    ("detach_encoder", "True", False),
+    ("detach_encoder+mtp_detach_heads", "True", True),
+)
+
+
+def recipe_of(lines) -> tuple[str, bool]:
+    """(detach_encoder, mtp_detach_heads) as these overrides say (verl's default: False)."""
+    return (setting_value(lines, "detach_encoder") or "False"), has_setting(lines, "mtp_detach_heads")
+
+
 def plan_runs(contract: str, lines: list[str], prefix: str, variants: bool) -> list[Run]:
-    """The runs a contract needs. `lines`: the image's overrides, adjusted to the node."""
+    """The runs a contract needs. `lines`: the image's overrides, adjusted to the node;
+    `prefix`: the TransformerConfig override prefix."""
     base = tuple(lines)
     runs = [Run("train", base, saves_hf=True)]
     if contract in ("full", "mtp-only"):
         runs.append(Run("mtp-loss-only", base, zero_main_loss=True))
+    if contract == "mtp-only":
+        runs.append(Run("load-only", load_only_of(base)))
     if variants and contract == "mtp-only":
-        if has_setting(base, "mtp_detach_heads"):
-            flipped = tuple(ln for ln in base if not setting_key(ln).endswith(".mtp_detach_heads"))
-            runs.append(
-                Run("mtp-loss-only:without-mtp_detach_heads", flipped, zero_main_loss=True, variant=True)
-            )
-        else:
-            flipped = base + (f"+{prefix}mtp_detach_heads=True",)
-            runs.append(
-                Run("mtp-loss-only:with-mtp_detach_heads", flipped, zero_main_loss=True, variant=True)
-            )
+        own = recipe_of(base)
+        for name, detach_encoder, heads in OLD_RECIPES:
+            if (detach_encoder, heads) != own:
+                flipped = with_recipe(base, detach_encoder, heads, prefix)
+                runs.append(Run(f"mtp-loss-only:{name}", flipped, zero_main_loss=True, variant=True))
     return runs
 
 
@@ -212,8 +285,17 @@ def falling(values: list[float]) -> bool:
     )
 
 
+# The digits a loss is printed with (reports, docs/gpu.md): "equal to every printed digit" means
+# equal when rounded to these many decimals.
+PRINTED_DECIMALS = 4
+
+
 def _fmt(values: list[float]) -> str:
-    return " ".join(f"{v:.4f}" for v in values) or "none"
+    return " ".join(f"{v:.{PRINTED_DECIMALS}f}" for v in values) or "none"
+
+
+def same_printed(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) > 0 and _fmt(a) == _fmt(b)
 
 
 def _group(r: RunResult, name: str) -> dict:
@@ -298,25 +380,30 @@ def judge(contract: str, lines: list[str], results: dict[str, RunResult]) -> lis
         else:
             ok = dec["params"] > 0 and dec["nonzero"] == 0 and emb["nonzero"] == 0
             out.append(Finding(f"trunk-untouched-by-mtp-loss{tag}", PASS if ok else FAIL, trunk))
-            if has_setting(lines, "mtp_detach_heads"):
-                ok = head["params"] > 0 and head["nonzero"] == 0
-                out.append(
-                    Finding(
-                        "output-layer-untouched-by-mtp-loss",
-                        PASS if ok else FAIL,
-                        "output layer: " + _grad_line(head) + " (mtp_detach_heads=True)",
-                    )
+            # the output layer is shared with the main head: an MTP-loss gradient there trains
+            # the main model (verl's detach_encoder alone leaves it, megatron-core >= 0.19)
+            ok = head["params"] > 0 and head["nonzero"] == 0
+            detach_encoder, detach_heads = recipe_of(lines)
+            out.append(
+                Finding(
+                    f"output-layer-untouched-by-mtp-loss{tag}",
+                    PASS if ok else FAIL,
+                    f"output layer: {_grad_line(head)} "
+                    f"(detach_encoder={detach_encoder}, mtp_detach_heads={detach_heads})",
                 )
-            else:
-                out.append(
-                    Finding(
-                        f"output-layer-gets-mtp-loss{tag}",
-                        INFO,
-                        "output layer: "
-                        + _grad_line(head)
-                        + " (as explain says: mtp_detach_heads is left out here)",
-                    )
-                )
+            )
+    ref = results.get("load-only")
+    if contract == "mtp-only" and train is not None and train.rc == 0 and ref is not None and ref.rc == 0:
+        main, base = series(train.metrics, "loss"), series(ref.metrics, "loss")
+        ok = same_printed(main, base)
+        exact = "bit-identical" if main == base else "not bit-identical"
+        out.append(
+            Finding(
+                f"main-loss-equals-load-only{tag}",
+                PASS if ok else FAIL,
+                f"loss {_fmt(main)}; load-only with the same engine settings {_fmt(base)} ({exact})",
+            )
+        )
     for name, r in results.items():
         if r.rc == 0 and name.startswith("mtp-loss-only:"):
             g, head = _group(r, "mtp"), _group(r, "output_layer")

@@ -10,7 +10,9 @@
 #    already (megatron/ is a namespace that Megatron-LM and Megatron-Bridge share);
 # 4. TE's torch extension: the carried wheel of the image (payload_install.py put the image's
 #    compiled extension wheels over the lock's) when it loads here, else built from the lock's sdist.
-# Sets TE_FROM (where TE's extension came from) and exports PYTHONPATH, LD_LIBRARY_PATH, PATH.
+# Sets TE_FROM (where TE's extension came from) and exports PYTHONPATH, LD_LIBRARY_PATH, PATH;
+# writes them to SITE/.env.sh too, so that a later call on the same warm machine can use the
+# site without installing again (trainer-proof.sh with MTP_REUSE_SITE=1).
 install_site() {
     local payload=$1 stage=$2 site=$3 scratch=$4 t0 t1 pth sd src
     t0=$(date +%s)
@@ -56,4 +58,6 @@ print(':'.join(str(d) for d in dirs if d.is_dir()))" "$site")
     for mod in fused_weight_gradient_mlp_cuda flash_attn_2_cuda; do
         python3 -c "import torch, $mod" 2>/dev/null && echo "compiled extension $mod: loads" || echo "compiled extension $mod: absent or does not load"
     done
+    printf 'export PYTHONPATH=%q LD_LIBRARY_PATH=%q PATH=%q\nTE_FROM=%q\n' \
+        "$PYTHONPATH" "$LD_LIBRARY_PATH" "$PATH" "$TE_FROM" > "$site/.env.sh"
 }

@@ -201,7 +201,44 @@ def render_profile(name: str, dest: Path) -> None:
     for f in ("sft.overrides", "rl.overrides"):  # a profile has the targets it has
         if (tmp / "mtp" / "verl" / f).is_file():
             shutil.copyfile(tmp / "mtp" / "verl" / f, dest / f)
+    if not (dest / "sft.overrides").is_file():
+        # rl only (mtp-rollout): its training side through verl's SFT trainer, said in a file beside
+        rl = (dest / "rl.overrides").read_text().splitlines()
+        (dest / "sft.overrides").write_text("\n".join(sft_of_rl([ln for ln in rl if ln.strip()])) + "\n")
+        (dest / "sft.overrides.from").write_text(
+            "derived from rl.overrides by trainer_payload.py sft_of_rl (the profile has no sft target)\n"
+        )
     shutil.rmtree(tmp)
+
+
+def sft_of_rl(lines: list[str]) -> list[str]:
+    """An rl-only profile's training side as SFT overrides (mtp-rollout: verl's SFT trainer has no
+    rollout), key by key through verl.yaml's own per-target keys: MtpConfig prefix, engine,
+    context parallelism, TransformerConfig prefix; the rollout's name has no SFT key and is
+    dropped. A key without an SFT counterpart stops the script (never guessed)."""
+    verl = yaml.safe_load((ROOT / "mtpimage" / "data" / "verl.yaml").read_text())
+    rl, sft = verl["engine_keys"]["rl"], verl["engine_keys"]["sft"]
+    prefixes = (
+        (verl["mtp_prefix"]["rl"], verl["mtp_prefix"]["sft"]),
+        (rl["transformer_config"], sft["transformer_config"]),
+    )
+    out: list[str] = []
+    for ln in lines:
+        plus = "+" if ln.startswith("+") else ""
+        key, _, value = ln.lstrip("+").partition("=")
+        new: list[str] = []
+        for a, b in prefixes:
+            if key.startswith(a):
+                new = [f"{plus}{b}{key[len(a) :]}={value}"]
+        for group in ("engine", "context_parallel_size", "vanilla_mbridge"):
+            if key in rl[group]:
+                new = [f"{plus}{k}={value}" for k in sft[group]]
+        if key in rl["rollout_name"]:
+            continue
+        if not new:
+            raise SystemExit(f"{ln}: no SFT counterpart in mtpimage/data/verl.yaml engine_keys")
+        out += [x for x in new if x not in out]
+    return out
 
 
 def extension_wheels(vector_path: Path, dest: Path) -> list[str]:

@@ -123,15 +123,25 @@ def test_the_export_comparison_counts_mtp_and_trunk_tensors(tm, tmp_path):
 
 
 # ------------------------------------------------------------------------------ the runs
-@pytest.mark.parametrize("profile", ["mtp-load-only", "mtp-full", "mtp-detach", "mtp-cp-recompute"])
-def test_the_runs_use_exactly_the_images_overrides_and_only_test_size_settings_besides(tc, profile, tmp_path):
+@pytest.mark.parametrize(
+    "profile, contract",
+    [
+        ("mtp-load-only", "load-only"),
+        ("mtp-full", "full"),
+        ("mtp-detach", "mtp-only"),
+        ("mtp-cp-recompute", "mtp-only"),
+    ],
+)
+def test_the_runs_use_exactly_the_images_overrides_and_only_test_size_settings_besides(
+    tc, profile, contract, tmp_path
+):
     lines = _overrides(profile)
     explain = __import__("tests.unit.helpers", fromlist=["run_main"]).run_main(
         "explain", "--profile", profile, "--target", "sft"
     )
     assert lines == [ln for ln in explain.stdout.splitlines() if not ln.startswith("#")]
     fitted, notes = tc.fit_to_node(lines, 1)
-    runs = tc.plan_runs("mtp-only" if "detach_encoder=True" in " ".join(lines) else "x", fitted, "p.", False)
+    runs = tc.plan_runs(contract, fitted, "p.", False)
     assert runs[0].overrides == tuple(fitted)
     own = {tc.setting_key(ln) for ln in tc.test_size(tmp_path, "train", 4, 1)}
     assert not own & {tc.setting_key(ln) for ln in lines}, "a test-size setting would override the mode's"
@@ -143,15 +153,47 @@ def test_the_runs_use_exactly_the_images_overrides_and_only_test_size_settings_b
         assert fitted == lines and notes == []
 
 
-def test_the_variants_flip_the_modes_transformer_setting(tc):
-    detach = tc.plan_runs("mtp-only", _overrides("mtp-detach"), "engine.override_transformer_config.", True)
-    recompute = tc.plan_runs(
-        "mtp-only", _overrides("mtp-cp-recompute"), "engine.override_transformer_config.", True
-    )
-    assert [r.name for r in detach] == ["train", "mtp-loss-only", "mtp-loss-only:without-mtp_detach_heads"]
-    assert not any("mtp_detach_heads" in ln for ln in detach[2].overrides)
-    assert recompute[2].name == "mtp-loss-only:with-mtp_detach_heads"
-    assert recompute[2].overrides[-1] == "+engine.override_transformer_config.mtp_detach_heads=True"
+@pytest.mark.parametrize("profile", ["mtp-detach", "mtp-cp-recompute"])
+def test_an_mtp_only_profile_is_compared_with_load_only_under_its_own_engine_settings(tc, profile):
+    fitted, _ = tc.fit_to_node(_overrides(profile), 1)
+    runs = {r.name: r for r in tc.plan_runs("mtp-only", fitted, "p.", False)}
+    assert list(runs) == ["train", "mtp-loss-only", "load-only"]
+    ref = runs["load-only"]
+    assert not ref.zero_main_loss and not ref.variant
+    # exactly what mtp-load-only's image says about MTP, everything of the engine kept
+    assert [ln for ln in ref.overrides if ".mtp" in ln] == [
+        ln for ln in _overrides("mtp-load-only") if ".mtp" in ln
+    ]
+    assert [ln for ln in ref.overrides if ".mtp" not in ln] == [
+        ln for ln in fitted if ".mtp" not in ln and "mtp_detach_heads" not in ln
+    ]
+    if profile == "mtp-cp-recompute":
+        assert "engine.override_transformer_config.recompute_granularity=full" in ref.overrides
+
+
+def test_the_variants_are_the_recipes_mtp_only_had_before_issue_45(tc):
+    prefix = "engine.override_transformer_config."
+    for profile in ("mtp-detach", "mtp-cp-recompute"):
+        lines = _overrides(profile)
+        runs = tc.plan_runs("mtp-only", lines, prefix, True)
+        variants = {r.name: r for r in runs if r.variant}
+        assert list(variants) == [
+            "mtp-loss-only:detach_encoder",
+            "mtp-loss-only:detach_encoder+mtp_detach_heads",
+        ], profile
+        assert all(r.zero_main_loss for r in variants.values())
+        alone, both = variants.values()
+        assert tc.recipe_of(alone.overrides) == ("True", False)
+        assert tc.recipe_of(both.overrides) == ("True", True)
+        assert f"+{prefix}mtp_detach_heads=True" in both.overrides
+        # only the recipe changes: the engine's settings (recompute) are the profile's
+        keep = [ln for ln in lines if "detach" not in ln]
+        assert [ln for ln in alone.overrides if "detach" not in ln] == keep
+    # a stack on verl's detach alone (the recipe explain falls back to) keeps one variant
+    old = [ln.replace("detach_encoder=False", "detach_encoder=True") for ln in _overrides("mtp-detach")]
+    old = [ln for ln in old if "mtp_detach_heads" not in ln]
+    names = [r.name for r in tc.plan_runs("mtp-only", old, prefix, True) if r.variant]
+    assert names == ["mtp-loss-only:detach_encoder+mtp_detach_heads"]
     assert [r.name for r in tc.plan_runs("load-only", _overrides("mtp-load-only"), "p.", True)] == ["train"]
 
 
@@ -186,7 +228,12 @@ def _verdicts(tc, case):
     [
         ("mtp-detach-pass", set()),
         ("mtp-detach-output-layer-leak", {"output-layer-untouched-by-mtp-loss"}),
-        ("cp-recompute-pass", set()),
+        # the recipe before issue 45 (detach_encoder alone): its output layer gets the MTP loss's
+        # gradient, which the old judging only reported, and the main loss leaves load-only's
+        (
+            "cp-recompute-old-recipe",
+            {"output-layer-untouched-by-mtp-loss+recompute", "main-loss-equals-load-only+recompute"},
+        ),
         (
             "cp-recompute-silent-stop",
             {"mtp-params-get-gradient+recompute", "mtp-loss-alone-learns+recompute"},
@@ -201,6 +248,44 @@ def test_the_promises_judged_on_recorded_trainer_logs(tc, case, failing):
     verdicts = _verdicts(tc, case)
     assert {k for k, f in verdicts.items() if f.status == "fail"} == failing, verdicts
     assert verdicts["loss-falls"].status == "pass"
+
+
+def test_mtp_only_always_judges_the_output_layer_and_the_main_loss(tc):
+    verdicts = _verdicts(tc, "mtp-detach-pass")
+    assert verdicts["output-layer-untouched-by-mtp-loss"].status == "pass"
+    assert "0/1 with gradient" in verdicts["output-layer-untouched-by-mtp-loss"].detail
+    main = verdicts["main-loss-equals-load-only"]
+    assert main.status == "pass" and "6.9544 6.0374 5.3234 4.9213" in main.detail
+    # without its recipe's mtp_detach_heads in the overrides the output layer is judged all the same
+    contract, lines, results = _recorded(tc, "mtp-detach-output-layer-leak")
+    bare = [ln for ln in lines if "mtp_detach_heads" not in ln]
+    got = {f.id: f.status for f in tc.judge(contract, bare, results)}
+    assert got["output-layer-untouched-by-mtp-loss"] == "fail"
+
+
+def test_the_main_loss_is_compared_to_the_printed_digits(tc):
+    import dataclasses
+
+    contract, lines, results = _recorded(tc, "mtp-detach-pass")
+    ref = results["load-only"]
+
+    def nudged(delta: float):
+        rows = [dict(m, data=dict(m["data"])) for m in ref.metrics]
+        rows[-1]["data"]["train/loss"] += delta
+        return dataclasses.replace(results["train"], metrics=tuple(rows))
+
+    # the same when printed (4 decimals), though not bit-identical: passes, and says so
+    below = {**results, "train": nudged(1e-7)}
+    main = {f.id: f for f in tc.judge(contract, lines, below)}["main-loss-equals-load-only"]
+    assert main.status == "pass" and "not bit-identical" in main.detail
+    # one unit in the fourth decimal (apex's fused accumulation gave 4.9214 against 4.9215)
+    above = {**results, "train": nudged(1e-4)}
+    assert {f.id: f for f in tc.judge(contract, lines, above)}["main-loss-equals-load-only"].status == "fail"
+    # a step short is not equal
+    short = dataclasses.replace(results["train"], metrics=results["train"].metrics[:-1])
+    got = {f.id: f for f in tc.judge(contract, lines, {**results, "train": short})}
+    assert got["main-loss-equals-load-only"].status == "fail"
+    assert not tc.same_printed([], [])
 
 
 def test_a_crashed_run_fails_with_its_exit_and_log(tc):
@@ -236,3 +321,31 @@ def test_the_image_checks_run_the_trainer_only_with_a_gpu_and_report_each_promis
     assert got["trainer:mtp-params-get-gradient+recompute"]["status"] == "fail"
     assert got["trainer:output-layer-gets-mtp-loss+recompute"]["detail"].startswith("reported: ")
     assert "2 -> 1" in got["trainer:notes"]["detail"]
+
+
+# ------------------------------------------------------------------------------ rl-only profiles
+def _rendered(profile: str, name: str) -> list[str] | None:
+    files = render(plan_for(manifest.load(MANIFESTS), profile, None), MANIFESTS).files
+    data = files.get(f"mtp/verl/{name}")
+    return None if data is None else data.decode().splitlines()
+
+
+def test_an_rl_only_profiles_training_side_maps_to_sft_by_verls_own_keys():
+    spec = importlib.util.spec_from_file_location(
+        "trainer_payload", MANIFESTS.parent / "scripts" / "device" / "trainer_payload.py"
+    )
+    tp = importlib.util.module_from_spec(spec)
+    sys.modules["trainer_payload"] = tp  # its dataclasses look their module up
+    spec.loader.exec_module(tp)
+    # a profile with both targets: its RL overrides map onto exactly its rendered SFT ones
+    for profile in ("mtp-detach", "mtp-cp-recompute", "mtp-load-only"):
+        assert tp.sft_of_rl(_rendered(profile, "rl.overrides")) == _rendered(profile, "sft.overrides"), (
+            profile
+        )
+    assert _rendered("mtp-rollout", "sft.overrides") is None  # rl only
+    sft = tp.sft_of_rl(_rendered("mtp-rollout", "rl.overrides"))
+    assert "model.mtp.detach_encoder=False" in sft and "model.mtp.enable_rollout=True" in sft
+    assert "+engine.override_transformer_config.mtp_detach_heads=True" in sft
+    assert not any("rollout.name" in ln or ln.startswith("actor_rollout_ref.") for ln in sft)
+    with pytest.raises(SystemExit):
+        tp.sft_of_rl(["actor_rollout_ref.rollout.n=4"])
