@@ -13,7 +13,7 @@ README_MAX_LINES = 250  # issue 39: what a user needs in the first ten minutes; 
 # pages the README may link before they land (none now)
 PENDING: set[str] = set()
 # the team's shared notes, kept outside this repository (docs/gpu.md cites them as such)
-SHARED = {"docs/mtp-stack.md"}
+SHARED = {"docs/mtp-stack.md", "docs/mtp-gradients.md"}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 DOC_PATH = re.compile(r"\bdocs/[\w.-]+\.md\b")
 CODE_DIRS = ("mtpimage", "tests", "bench", "scripts")

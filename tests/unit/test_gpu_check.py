@@ -623,7 +623,11 @@ def test_the_profile_settings_are_read_from_its_overrides(tmp_path):
     ]
     s = gc.parse_overrides(lines)
     assert s.detach_encoder is False and s.recompute
-    assert s.config() == {"mtp_detach_heads": True, "recompute_granularity": "full", "recompute_num_layers": 1}
+    assert s.config() == {
+        "mtp_detach_heads": True,
+        "recompute_granularity": "full",
+        "recompute_num_layers": 1,
+    }
     kw = gc.transformer_config_kwargs(gc.precision_plan(1), True, s)
     assert kw["mtp_detach_heads"] is True and kw["recompute_num_layers"] == 1
     rl = gc.parse_overrides(["actor_rollout_ref.model.mtp.detach_encoder=True"])
