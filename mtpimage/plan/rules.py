@@ -475,9 +475,9 @@ def mtp_only_exact(plan: Plan, f: dict) -> Verdict:
     if r.exact:
         return Verdict(PASS, f"recipe {r.id} keeps it exactly")
     passed = "; ".join(dict.fromkeys(v.detail for _, v in choice.passed_over))
-    if choice.undecided:
+    if choice.undecided:  # a warning all the same: the fallback is what the plan takes
         return Verdict(
-            UNKNOWN,
+            FAIL,
             f"recipe {r.id} taken, NOT exact: {r.loses}; not decided from the known facts: {passed}; "
             "`check --probe-sources` reads the source",
         )
@@ -505,7 +505,11 @@ def mtp_cp_roll_group(plan: Plan, f: dict) -> Verdict:
                 FAIL,
                 f"megatron-lm {mc.commit[:10]} ({ref}) predates {fix['commit'][:8]}, CP {cp} ({fix['link']})",
             )
-        return Verdict(UNKNOWN, f"megatron-lm {mc.commit[:10]} is in no known list; its roll_tensor decides")
+        return Verdict(
+            FAIL,
+            f"megatron-lm {mc.commit[:10]} is in no known list, so not known to contain PR #6746; "
+            "`check --probe-sources` reads its roll_tensor",
+        )
     v = _version(mc.version)
     since = _version(fix.get("pypi_fixed_from"))
     if v is not None and since is not None and _base(v) >= since:
@@ -528,13 +532,11 @@ def mtp_loss_over_padding(plan: Plan, f: dict) -> Verdict:
     vc = plan.component("verl")
     known = f["verl"]["mtp_loss_mask"]
     if vc is None:
-        return Verdict(UNKNOWN, "no verl in the stack: the training loop's loss_mask is unknown")
+        return Verdict(FAIL, "no verl in the stack: the training loop's loss_mask is not known")
     pin = vc.commit if vc.source == "git" else vc.version
     if (known["commits"] or {}).get(pin):
         return Verdict(PASS, f"verl {pin[:10]} passes its loss_mask to the model ({known['link']})")
-    return Verdict(
-        UNKNOWN, f"verl {pin[:10]} is in no known list: whether it passes its loss_mask is unknown"
-    )
+    return Verdict(FAIL, f"verl {pin[:10]} is in no known list: not known to pass its loss_mask to the model")
 
 
 @predicate
