@@ -24,7 +24,7 @@ from mtpimage.manifests.modelconfig import check_model
 from mtpimage.outputs.report import print_checks, print_plan
 from mtpimage.plan import mtponly, rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
-from mtpimage.plan.model import Plan, verl_facts
+from mtpimage.plan.model import Plan, mode_guarantees, verl_facts
 
 
 def image_of(plan: Plan, root) -> str:
@@ -331,8 +331,6 @@ def cmd_explain(args) -> int:
     overrides = plan.verl_cli_overrides_for(args.target)
     entry = verl_facts()["entrypoint"][args.target]
     patches = [(c.name, p) for c in plan.components for p in c.patches]
-    from mtpimage.plan.model import mode_guarantees
-
     guarantees = mode_guarantees(plan)
     recipe = mtponly.report(plan.mode, plan.components, rules.facts_for(m.root))
     if args.json:

@@ -122,7 +122,7 @@ def megatron_detach_heads(components: Iterable, f: dict) -> NeedVerdict:
     if mc is None:
         return NeedVerdict(need, False, "no megatron-lm in the stack")
     if mc.source == "git":
-        known = (f["megatron"]["commits"].get(mc.commit) or {}).get("detach_heads")
+        known = (f["megatron"].get("detach_heads_commits") or {}).get(mc.commit)
         if known is None:
             return NeedVerdict(
                 need,
@@ -130,7 +130,7 @@ def megatron_detach_heads(components: Iterable, f: dict) -> NeedVerdict:
                 f"megatron-lm {mc.commit[:10]} is in no known list: whether it contains "
                 f"{since['commit'][:8]} (mtp_detach_heads and its checkpoint guard) is unknown",
             )
-        ref = f["megatron"]["commits"][mc.commit].get("ref", "")
+        ref = (f["megatron"]["commits"].get(mc.commit) or {}).get("ref", "")
         return NeedVerdict(
             need,
             bool(known),

@@ -72,7 +72,9 @@ def test_a_mode_added_to_verl_yaml_alone_works_everywhere(new_mode, tmp_path):
     edit_yaml(root / "profiles" / "mtp-cp-recompute.yaml", lambda d: d.update(mode=new_mode))
     m = manifest.load(root)  # the schema accepts it
     plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute", None))
-    assert "actor_rollout_ref.model.mtp.detach_encoder=True" in plan.verl_cli_overrides_for("rl")
+    # an mtp-only mode: the pins' recipe (issue 45) sets detach_encoder=False + mtp_detach_heads
+    assert plan.mtp_recipe == "megatron-detach-heads"
+    assert "actor_rollout_ref.model.mtp.detach_encoder=False" in plan.verl_cli_overrides_for("rl")
     assert "actor_rollout_ref.model.mtp.mtp_loss_scaling_factor=0.3" in plan.verl_cli_overrides_for("rl")
     by_id = {r.rule.id: r for r in rules.evaluate(plan)}
     assert by_id["recompute-padding-mask"].status == rules.PASS  # a training mode: the rule applies
