@@ -281,6 +281,18 @@ def _function(mod: ast.Module, name: str):
     )
 
 
+def _guard_verdict(fn: ast.AST, spec: dict, name: str, kept: str) -> Verdict:
+    """PASS where `fn` calls the spec's checkpoint guard (Megatron's own, or verl's copy of it),
+    FAIL naming the function's line where it does not: the two guard probes differ only in
+    where they look."""
+    line = _first_call(fn, spec["guard_call"])
+    if line is None:
+        return Verdict(
+            FAIL, f"{spec['file']}:{fn.lineno}: {name}() lacks the checkpoint guard (source probe)"
+        )
+    return Verdict(PASS, f"{kept} at {spec['file']}:{line} (source probe)")
+
+
 def megatron_detach_heads_source(tree: Path) -> Verdict:
     """PASS: the Megatron source has mtp_detach_heads and the checkpoint guard; FAIL: it lacks one."""
     s = _SOURCE["megatron-detach-heads"]
@@ -299,12 +311,7 @@ def megatron_detach_heads_source(tree: Path) -> Verdict:
     method = _method(layer, s["method"]) if layer else None
     if method is None:
         return Verdict(UNKNOWN, f"{s['file']} has no {s['class']}.{s['method']}")
-    line = _first_call(method, s["guard_call"])
-    if line is None:
-        return Verdict(
-            FAIL, f"{s['file']}:{method.lineno}: {s['method']}() has no checkpoint guard (source probe)"
-        )
-    return Verdict(PASS, f"{s['field']} and the checkpoint guard at {s['file']}:{line} (source probe)")
+    return _guard_verdict(method, s, s["method"], f"{s['field']} and the checkpoint guard")
 
 
 def verl_detach_guard_source(tree: Path) -> Verdict:
@@ -314,12 +321,7 @@ def verl_detach_guard_source(tree: Path) -> Verdict:
     fn = _function(mod, s["function"]) if mod else None
     if fn is None:
         return Verdict(UNKNOWN, f"{s['file']} has no {s['function']}: this verl's detach is unknown")
-    line = _first_call(fn, s["guard_call"])
-    if line is None:
-        return Verdict(
-            FAIL, f"{s['file']}:{fn.lineno}: {s['function']}() lacks the checkpoint guard (source probe)"
-        )
-    return Verdict(PASS, f"{s['function']}() keeps the checkpoint guard at {s['file']}:{line} (source probe)")
+    return _guard_verdict(fn, s, s["function"], f"{s['function']}() keeps the checkpoint guard")
 
 
 SOURCE_NEEDS = {

@@ -14,6 +14,7 @@ Then, on the device: `bash scripts/device/gradcheck-gpu.sh` (carry build/device/
 
     .venv/bin/python scripts/device/gradcheck_payload.py
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,10 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
+from test_grad_check_cpu import OLD_CP_RECOMPUTE, WHEELS  # noqa: E402  (one home for the pins)
+
 from mtpimage.assembly.render import render  # noqa: E402
 from mtpimage.manifests import manifest  # noqa: E402
 from mtpimage.plan.load import plan_for  # noqa: E402
-from test_grad_check_cpu import OLD_CP_RECOMPUTE, WHEELS  # noqa: E402  (one home for the pins)
 
 OUT = ROOT / "build" / "device" / "gradgpu"
 EINOPS = "einops==0.8.2"
@@ -38,9 +40,23 @@ EINOPS = "einops==0.8.2"
 
 def _pip_download(spec: str, dest: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-         "--only-binary=:all:", "--python-version", "3.12", "-d", str(dest), spec],
-        check=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "-d",
+            str(dest),
+            spec,
+        ],
+        check=True,
+        timeout=600,
     )
 
 
@@ -68,7 +84,10 @@ def _cases() -> dict[str, tuple[bytes, str]]:
     old = new.replace("model.mtp.detach_encoder=False", OLD_CP_RECOMPUTE)
     old = "\n".join(ln for ln in old.splitlines() if "mtp_detach_heads" not in ln) + "\n"
     out["old-cp-recompute-2026-12-03"] = (vector, old)
-    out["detach-encoder-heads-recompute"] = (vector, new.replace("detach_encoder=False", "detach_encoder=True"))
+    out["detach-encoder-heads-recompute"] = (
+        vector,
+        new.replace("detach_encoder=False", "detach_encoder=True"),
+    )
     return out
 
 
