@@ -200,7 +200,10 @@ def test_two_containers_form_one_ray_cluster_and_the_trainer_sees_both(docker_ho
     assert report["argv"][-2:] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=2"]
     # the profile's mtp-only recipe (megatron-detach-heads, issue 45) reached the trainer
     assert "actor_rollout_ref.model.mtp.detach_encoder=False" in report["argv"]
-    assert "+actor_rollout_ref.actor.megatron.override_transformer_config.mtp_detach_heads=True" in report["argv"]
+    assert (
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.mtp_detach_heads=True"
+        in report["argv"]
+    )
     if cluster == "apptainer":
         assert (tmp_path / f"mtp-verl-mtp-detach-{'ab' * 6}.sif").read_text().strip() == (
             f"docker://127.0.0.1:5000/mtp/mtp-verl@{DIGEST}"
