@@ -902,10 +902,13 @@ class Runner:
 
             layer_spec = get_gpt_layer_local_spec()
         mtp_spec = get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=plan.needs_te)
+        block_spec = layer_spec
+        if self.cpu_debug:
+            block_spec, mtp_spec = self.cpu_norm_specs(config, layer_spec, mtp_spec)
         torch.manual_seed(SEED)
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec,
+            transformer_layer_spec=block_spec,
             vocab_size=VOCAB,
             max_sequence_length=SEQ,
             mtp_block_spec=mtp_spec,
@@ -925,6 +928,33 @@ class Runner:
             )
         model.train()
         return model
+
+    def cpu_norm_specs(self, config, layer_spec, mtp_spec):
+        """--debug-cpu-model only: every norm as torch's own. Even megatron's local spec picks
+        CUDA-only norms where they are installed: the block's final norm is TransformerEngine's
+        TENorm wherever TE imports (transformer_block.py LayerNormImpl), and the layers' and MTP
+        layers' norms are apex's FusedLayerNorm wherever apex does (gpt_layer_specs.py LNImpl).
+        In a real image both are there, and the CPU model failed in TENorm ("CUDAGuardImpl
+        initialized with non-CUDA DeviceType: cpu"). The gradient contract is about where the
+        MTP loss flows, not which kernel normalises, so the swap changes nothing it checks."""
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+        from megatron.core.transformer.transformer_block import (
+            TransformerBlockSubmodules,
+            get_num_layers_to_build,
+        )
+
+        cuda_only = {WrappedTorchNorm: WrappedTorchNorm}  # identity: the walk keeps it
+        for module, name in (
+            ("megatron.core.fusions.fused_layer_norm", "FusedLayerNorm"),
+            ("megatron.core.extensions.transformer_engine", "TENorm"),
+        ):
+            with contextlib.suppress(ImportError, AttributeError):
+                cuda_only[getattr(importlib.import_module(module), name)] = WrappedTorchNorm
+        layer_spec = swap_classes(layer_spec, cuda_only)
+        block = TransformerBlockSubmodules(
+            layer_specs=[layer_spec] * get_num_layers_to_build(config), layer_norm=WrappedTorchNorm
+        )
+        return block, swap_classes(mtp_spec, cuda_only)
 
     def apply_patches(self, model, detach: bool) -> str:
         """Apply verl's engine patches (as verl's patch_engine_mtp does) or the local detach."""
@@ -1476,6 +1506,21 @@ def _run_one(fn, spec: CheckSpec, log) -> CheckResult:
 # ----------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------
+
+
+def swap_classes(spec: Any, swap: dict[type, type]) -> Any:
+    """A copy of a megatron module spec (ModuleSpec, *Submodules dataclasses, lists of them)
+    with every class that is a key of `swap` replaced by its value; the rest as it was."""
+    if isinstance(spec, type):
+        return swap.get(spec, spec)
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(swap_classes(s, swap) for s in spec)
+    if dataclasses.is_dataclass(spec):
+        changes = {
+            f.name: swap_classes(getattr(spec, f.name), swap) for f in dataclasses.fields(spec) if f.init
+        }
+        return dataclasses.replace(spec, **changes)
+    return spec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

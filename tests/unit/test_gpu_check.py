@@ -7,6 +7,7 @@ with a visible reason where no CUDA device (or no torch) is present, as in CI.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -640,3 +641,43 @@ def test_the_profile_settings_are_read_from_its_overrides(tmp_path):
     assert plan.settings.detach_encoder is False and plan.settings.source == str(path)
     with pytest.raises(gc.UsageError):
         gc.resolve_plan(None, str(vv), overrides=str(tmp_path / "missing"))
+
+
+def test_the_cpu_model_swaps_every_cuda_only_norm_in_a_spec():
+    """--cpu-model in a real image: TE's TENorm and apex's FusedLayerNorm are installed and
+    megatron picks them even for its local spec; the CPU model swaps each for torch's norm,
+    wherever it sits in the spec (a ModuleSpec's module, a submodules field, a list of layers)."""
+
+    class TENorm: ...
+
+    class FusedLayerNorm: ...
+
+    class TorchNorm: ...
+
+    class Attention: ...
+
+    @dataclasses.dataclass
+    class Spec:
+        module: type
+        params: dict = dataclasses.field(default_factory=dict)
+        submodules: object = None
+
+    @dataclasses.dataclass
+    class LayerSubmodules:
+        input_layernorm: object = None
+        self_attention: object = None
+        pre_mlp_layernorm: object = None
+
+    @dataclasses.dataclass
+    class MtpBlock:
+        layer_specs: list
+
+    layer = Spec(Attention, {"k": 1}, LayerSubmodules(FusedLayerNorm, Spec(Attention), Spec(TENorm)))
+    swap = {TENorm: TorchNorm, FusedLayerNorm: TorchNorm}
+    out = gc.swap_classes(MtpBlock([layer, layer]), swap)
+    for spec in out.layer_specs:
+        assert spec.module is Attention and spec.params == {"k": 1}
+        assert spec.submodules.input_layernorm is TorchNorm
+        assert spec.submodules.pre_mlp_layernorm.module is TorchNorm
+        assert spec.submodules.self_attention.module is Attention
+    assert layer.submodules.input_layernorm is FusedLayerNorm  # a copy: the original spec is kept
