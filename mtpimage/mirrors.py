@@ -63,7 +63,7 @@ class RegistryMirror:
         """The mirror's reference of `image_ref` by its digest, or None when it names another
         registry. A reference without a digest is refused: only a digest makes the mirror's
         bytes the ones the plan pinned."""
-        from mtpimage.publish.imageref import ImageRef
+        from mtpimage.imageref import ImageRef
 
         parsed = ImageRef.parse(image_ref, flag="base image")
         if _registry_name(parsed.host) != self.registry:
@@ -84,7 +84,7 @@ class RegistryMirror:
 
 
 def _registry_name(host: str) -> str:
-    from mtpimage.publish.imageref import DOCKER_HUB
+    from mtpimage.imageref import DOCKER_HUB
 
     return DOCKER_HUB if host in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io") else host
 
@@ -106,7 +106,7 @@ def parse_index(text: str) -> tuple[IndexMirror, ...]:
 
 def parse_registry(values, where: str = REGISTRY_SETTING) -> tuple[RegistryMirror, ...]:
     """`REGISTRY=HOST[:PORT][/PREFIX]` pairs (a text of the setting, or the flag's values)."""
-    from mtpimage.publish.imageref import Registry, names_a_host
+    from mtpimage.imageref import Registry, names_a_host
 
     pairs = split_pairs(values) if isinstance(values, str) else [p for v in values for p in split_pairs(v)]
     out: dict[str, RegistryMirror] = {}
@@ -153,7 +153,7 @@ class BuildMirrors:
         build steps then need the host's network to reach it."""
         from urllib.parse import urlsplit
 
-        from mtpimage.publish.imageref import is_loopback
+        from mtpimage.imageref import is_loopback
 
         return any(is_loopback(urlsplit(url).hostname or "") for _o, url in self.indexes)
 

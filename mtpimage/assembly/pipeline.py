@@ -24,12 +24,12 @@ from mtpimage.assembly import buildlog, imagetest, sizes
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.assembly.versionvector import identity_labels
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.lock import lockfile
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.publish import release
-from mtpimage.publish.imageref import ImageRef, Registry
 
 Say = Callable[[str], None]
 

@@ -241,7 +241,7 @@ def _register_jobs(subparsers, add_common) -> None:
 
 
 def _registry(value: str, flag: str = "--registry"):
-    from mtpimage.publish.imageref import Registry
+    from mtpimage.imageref import Registry
 
     return Registry.parse(value)
 

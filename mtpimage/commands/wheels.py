@@ -232,7 +232,7 @@ def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[s
     if not re.fullmatch(r"[0-9a-f]{8,63}", prefix):
         raise InputError("wheel key", prefix, "expected a key or 8+ hex digits of one", "see `wheels list`")
     if tags is None:
-        from mtpimage.publish.imageref import ImageRef, Registry
+        from mtpimage.imageref import ImageRef, Registry
         from mtpimage.publish.registryclient import RegistryClient
 
         ref = ImageRef.parse(repository)

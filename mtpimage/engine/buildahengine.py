@@ -184,7 +184,7 @@ def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
     """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
     registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
     setting)."""
-    from mtpimage.publish.imageref import is_loopback
+    from mtpimage.imageref import is_loopback
     from mtpimage.publish.registryclient import RegistryUnreachable, answers
 
     host = ref.split("/", 1)[0]
@@ -375,7 +375,7 @@ class BuildahEngine(ContainerEngine):
     def push(self, ref: str) -> None:
         """Upload the layout's blobs and manifest as they are: the registry's digest is the
         layout's, whatever compressor or blob cache another tool would have used."""
-        from mtpimage.publish.imageref import ImageRef, Registry
+        from mtpimage.imageref import ImageRef, Registry
         from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable
 
         found = self.docker.image_id(ref)

@@ -238,7 +238,7 @@ class ContainerEngine(ABC):
 def registry_host(ref: str) -> str | None:
     """The registry a reference names explicitly (`host[:port]/...`), or None for a bare name
     (which docker would look up on docker.io)."""
-    from mtpimage.publish.imageref import ImageRef
+    from mtpimage.imageref import ImageRef
 
     try:
         parsed = ImageRef.parse(ref)

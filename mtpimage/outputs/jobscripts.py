@@ -16,11 +16,11 @@ import jinja2
 
 from mtpimage import invocation
 from mtpimage.errors import InputError
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.outputs import driver, multinode, rayjob
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
-from mtpimage.publish.imageref import ImageRef, Registry
 
 FORMATS = ("slurm", "apptainer", "kuberay")
 _TEMPLATES = ("slurm.sh.j2", "apptainer.sh.j2", "multinode.sbatch.j2", "ray_node.sh.j2", "ray_wait.py.j2")

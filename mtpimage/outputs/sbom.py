@@ -82,7 +82,7 @@ def git_purl(repo: str, commit: str, name: str, subdir: str = ".") -> str:
 
 def oci_purl(image: str) -> str:
     """pkg:oci/NAME@sha256%3A...?repository_url=HOST/PATH&tag=TAG (the digest is the version)."""
-    from mtpimage.publish.imageref import ImageRef
+    from mtpimage.imageref import ImageRef
 
     ref = ImageRef.parse(image, flag="base image")
     quals = {"repository_url": ref.repository}
@@ -247,7 +247,7 @@ def _extension(stage: BuilderStage, wheel: BuiltWheel | None) -> dict:
 
 
 def _base(plan: Plan) -> dict:
-    from mtpimage.publish.imageref import ImageRef
+    from mtpimage.imageref import ImageRef
 
     ref = ImageRef.parse(plan.base_image, flag="base image")
     purl = oci_purl(plan.base_image)

@@ -25,9 +25,9 @@ import yaml
 
 from mtpimage import locations
 from mtpimage.errors import InputError
+from mtpimage.imageref import OWNER, ImageRef, Registry
 from mtpimage.manifests.manifest import Manifests, resolve_profile
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
-from mtpimage.publish.imageref import OWNER, ImageRef, Registry
 
 REPO_ROOT = locations.PACKAGE.parent
 TEMPLATES = locations.PACKAGE / "templates" / "workflows"

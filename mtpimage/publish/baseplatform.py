@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.mirrors import BuildMirrors, RegistryMirror
 from mtpimage.plan.model import BasePlatform, Plan
-from mtpimage.publish.imageref import ImageRef, Registry
 
 # The platform every image is built for: the CPU the lock resolves wheels for (pydeps.PLATFORM,
 # manylinux x86_64), as OCI image indexes name it. Its one home: lock, check, the build and the

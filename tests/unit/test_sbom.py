@@ -16,11 +16,11 @@ from packaging.utils import canonicalize_name
 
 from mtpimage.assembly.recipe import recipe_of
 from mtpimage.assembly.render import render
+from mtpimage.imageref import Registry
 from mtpimage.outputs import sbom
 from mtpimage.outputs.sbom import BuiltWheel
 from mtpimage.plan.load import load, plan_for
 from mtpimage.publish import sbomattach
-from mtpimage.publish.imageref import Registry
 from tests.unit.helpers import REPO, run_main
 
 PROFILE = "mtp-detach"  # locked, with git sources, a patched wheel and compiled extensions
