@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine, invocation
-from mtpimage.assembly import buildlog, imagetest, sizes
+from mtpimage.assembly import imagetest, sizes
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.assembly.versionvector import identity_labels
+from mtpimage.engine import buildlog
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
 from mtpimage.imageref import ImageRef, Registry
 from mtpimage.lock import lockfile

@@ -19,9 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from mtpimage import mirrors
-from mtpimage.assembly import buildlog
 from mtpimage.assembly.render import deterministic_tar, render
-from mtpimage.engine import buildstream, containerengine, dockerengine
+from mtpimage.engine import buildlog, buildstream, containerengine, dockerengine
 from mtpimage.engine.containerengine import BuildRequest, mirrored_bases, mirrored_dockerfile, secret_files
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext import extensions
