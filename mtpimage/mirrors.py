@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from mtpimage import settings
-from mtpimage.errors import InputError, redact
+from mtpimage.errors import EnvironmentProblem, InputError, redact
 
 INDEX_SETTING = "MTP_INDEX_REWRITE"
 REGISTRY_SETTING = "MTP_REGISTRY_MIRROR"
@@ -162,6 +162,22 @@ class BuildMirrors:
         parts = [f"{o} -> {redact(u)}" for o, u in self.indexes]
         parts += [f"{m.registry} -> {m.location}" for m in self.registries]
         return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class MirroredBase:
+    ref: str  # as the rendered Dockerfile names it
+    mirror_ref: str  # what the build pulls and starts FROM: the mirror's, by digest
+    mirror: RegistryMirror
+
+    def failed(self, why: str) -> EnvironmentProblem:
+        """The one line for a base the mirror could not give."""
+        return EnvironmentProblem(
+            f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
+            f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
+            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
+            f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
+        )
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirror
         try:
             answers(mirror.host)
         except RegistryUnreachable as exc:
-            from mtpimage.engine.containerengine import MirroredBase
+            from mtpimage.mirrors import MirroredBase
 
             raise MirroredBase(base, ref, mirror).failed(
                 f"registry {mirror.host} cannot be reached ({exc.reason})"

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from mtpimage import invocation
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
-from mtpimage.mirrors import INDEX_SECRET, REGISTRY_SETTING, BuildMirrors, RegistryMirror
+from mtpimage.mirrors import INDEX_SECRET, BuildMirrors, MirroredBase
 
 
 class BuildFailed(BuilderError):
@@ -313,22 +313,6 @@ def base_images(dockerfile: str) -> list[str]:
         if name:
             stages.add(name)
     return bases
-
-
-@dataclass(frozen=True)
-class MirroredBase:
-    ref: str  # as the rendered Dockerfile names it
-    mirror_ref: str  # what the build pulls and starts FROM: the mirror's, by digest
-    mirror: RegistryMirror
-
-    def failed(self, why: str) -> EnvironmentProblem:
-        """The one line for a base the mirror could not give."""
-        return EnvironmentProblem(
-            f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
-            f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
-            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
-            f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
-        )
 
 
 def mirrored_bases(dockerfile: str, mirrors: BuildMirrors) -> list[MirroredBase]:

@@ -87,7 +87,7 @@ class _Where:
         """One line: through a mirror in the mirror's own words (the setting, its location, its
         fix, as the engine says a pull from it failed), else naming the registry."""
         if self.mirror is not None:
-            from mtpimage.engine.containerengine import MirroredBase
+            from mtpimage.mirrors import MirroredBase
 
             return BaseNotServed(MirroredBase(self.image, str(self.ref), self.mirror).failed(why).args[0])
         return BaseNotServed(f"base image {self.image}: {self.source} {why} (fix: {fix})")
