@@ -1,6 +1,6 @@
 """The build context: rendered files + the pinned sources and patches, as one normalised tar.
 
-Sources of git components come from the one git fetcher (sources.fetch) on this machine,
+Sources of git components come from the one git fetcher (gitfetch.fetch) on this machine,
 so the user's git configuration applies (url.<mirror>.insteadOf, credential helpers,
 proxies), and the build itself needs no access to the git servers. Each fetch is checked
 against the Plan's commit, retried under the network policy and cached by repository and
@@ -23,7 +23,7 @@ from mtpimage.plan.model import Component
 
 
 def fetch_archive(comp: Component) -> bytes:
-    """A tar of the component's pinned commit, from the one git fetcher (sources.fetch: cache
+    """A tar of the component's pinned commit, from the one git fetcher (gitfetch.fetch: cache
     keyed by repository and commit, retries, url.insteadOf mirrors, partial mirrors opted in)."""
     assert comp.source == "git" and comp.commit and comp.repo
     return _tree_archive(comp.name, comp.repo, comp.commit)
@@ -44,13 +44,13 @@ def fetch_tree_entries(name: str, repo: str, commit: str, prefix: str) -> list[t
 
 
 def _tree_archive(name: str, repo: str, commit: str) -> bytes:
-    from mtpimage.lock import sources
+    from mtpimage import gitfetch
 
     try:
-        tree = sources.fetch(repo, commit)
-    except sources.GitError as exc:
+        tree = gitfetch.fetch(repo, commit)
+    except gitfetch.GitError as exc:
         raise _fetch_error(name, exc) from None
-    proc = sources.git("ls-files", "-z", "--cached", cwd=tree.path)
+    proc = gitfetch.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
         raise EnvironmentProblem(f"git ls-files in the {name} cache failed: {proc.stderr[-300:]}")
     buf = io.BytesIO()
@@ -76,12 +76,12 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
             data = tar.extractfile(member).read()
             mode = 0o755 if member.mode & 0o111 else 0o644
             out.append((f"src/{comp.name}/{member.name}", data, mode))
-    from mtpimage.lock import sources
+    from mtpimage import gitfetch
 
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
     if comp.subdir not in (".", ""):
         origin["subdir"] = comp.subdir  # PEP 610's `subdirectory` in the image (mtp_install.py)
-    missing = sources.missing_paths(sources.tree_dir(comp.repo, comp.commit))
+    missing = gitfetch.missing_paths(gitfetch.tree_dir(comp.repo, comp.commit))
     if missing:
         origin["missing_from_mirror"] = missing
     out.append(
@@ -144,12 +144,12 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
 
 
 def _fetch_tree(name: str, repo: str, commit: str) -> None:
-    """sources.fetch with build_context's one-line error (the mirror fix)."""
-    from mtpimage.lock import sources
+    """gitfetch.fetch with build_context's one-line error (the mirror fix)."""
+    from mtpimage import gitfetch
 
     try:
-        sources.fetch(repo, commit)
-    except sources.GitError as exc:
+        gitfetch.fetch(repo, commit)
+    except gitfetch.GitError as exc:
         raise _fetch_error(name, exc) from None
 
 

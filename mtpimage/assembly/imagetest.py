@@ -107,7 +107,7 @@ def _reuse_record(eng, image: str) -> tuple[str | None, dict]:
     """(the key of the image's lower layers, the record of checks proved on them); no key
     for an image without this tool's mode layer on top, or an engine that cannot tell."""
     from mtpimage.assembly import checkreuse
-    from mtpimage.lock.sources import cache_root
+    from mtpimage.gitfetch import cache_root
 
     rootfs = eng.rootfs(image)
     if rootfs is None:
@@ -120,7 +120,7 @@ def _reused_and_recorded(eng, image: str, key: str | None, record: dict, results
     """The results with reused groups filled in from the record; the groups that passed here
     recorded for the next image with the same lower layers."""
     from mtpimage.assembly import checkreuse
-    from mtpimage.lock.sources import cache_root
+    from mtpimage.gitfetch import cache_root
 
     results = checkreuse.expand(results, record)
     if key and checkreuse.remember(record, results, eng.image_id(image) or image):

@@ -27,7 +27,7 @@ _KEY = re.compile(r"^[A-Za-z0-9._-]{1,200}$")  # ccache's keys: hex digests and 
 
 
 def default_root() -> Path:
-    from mtpimage.lock.sources import cache_root
+    from mtpimage.gitfetch import cache_root
 
     return cache_root() / "ccache"
 

@@ -4,7 +4,7 @@ shared registry, else by building their builder stage (one BuildKit build per mi
 
 Sources reach the builder through the build context (ext-src/<name>/): an sdist downloaded
 here under the network policy and checked against its pinned sha256 (cached by that hash),
-or a git tree from the one git fetcher (sources.py), so mirrors and credentials apply.
+or a git tree from the one git fetcher (gitfetch.py), so mirrors and credentials apply.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ExtensionBuildFailed(EnvironmentProblem):
 
 # ----------------------------------------------------------------------------- sources
 def _sdist_dir() -> Path:
-    from mtpimage.lock.sources import cache_root
+    from mtpimage.gitfetch import cache_root
 
     return cache_root() / "sdists"
 

@@ -247,11 +247,11 @@ def verify_source(pkg: Package) -> tuple[bool | None, str]:
     (True, detail), (False, what differs) or (None, why it could not be asked)."""
     b = pkg.build
     if b.source == "git":
-        from mtpimage.lock import sources
+        from mtpimage import gitfetch
 
         try:
-            sources.fetch(b.repo, b.commit)
-        except sources.GitError as exc:
+            gitfetch.fetch(b.repo, b.commit)
+        except gitfetch.GitError as exc:
             return None, f"{b.repo} @ {b.commit[:12]}: not fetched ({exc.one_line()})"
         return True, f"{b.repo} @ {b.commit[:12]} fetched"
     import re

@@ -1,6 +1,6 @@
 """Source probes: decide rules from the pinned sources' code (Python `ast`, never import).
 
-`probe_plan(plan)` fetches what each applicable rule needs (sources.py cache) and returns
+`probe_plan(plan)` fetches what each applicable rule needs (gitfetch.py cache) and returns
 {rule_id: Verdict}; rules.evaluate() lets these verdicts override the known-commit lists.
 A rule that does not apply to the plan (its predicate says n/a) is not probed.
 
@@ -18,8 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mtpimage import children
-from mtpimage.lock import sources
+from mtpimage import children, gitfetch
 from mtpimage.lock.probetable import component_of, probe_specs, source_probe_specs
 from mtpimage.lock.sources import SourceSet
 from mtpimage.plan import mtponly
@@ -440,7 +439,7 @@ def apply_check(c: Component, tree: Path, patch: Path, strip: int) -> tuple[bool
     component's fetched source: `git apply --check` at a git source's repository root, `patch
     --dry-run` on a PyPI component's unpacked wheel. `lock` and `check --probe-sources` both ask this."""
     if c.source == "git":
-        ok, err = sources.apply_check(source_root(tree, c), patch, strip)
+        ok, err = gitfetch.apply_check(source_root(tree, c), patch, strip)
         return ok, err, f"git apply --check -p{strip} at the repository root"
     ok, err = patch_dry_run(tree, patch, strip)
     return ok, err, f"patch --dry-run -p{strip} on the {c.package} {c.version} wheel"
@@ -653,7 +652,7 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     from mtpimage.lock import lockfile
     from mtpimage.manifests import manifest
 
-    fetch = sources.remembering_fetch() if probe_sources else None
+    fetch = gitfetch.remembering_fetch() if probe_sources else None
     f = rules_mod.facts_for(manifests_root)
     out = []
     m = None if probe_sources else manifest.load(manifests_root, keep_going=True)

@@ -1,6 +1,6 @@
 """The module structure: no module imports a module that imports it back (lazy imports
 inside functions included: they close a cycle just the same when they run), command
-modules never import the CLI, and only sources.py runs git to fetch."""
+modules never import the CLI, and only gitfetch.py runs git to fetch."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_commands_do_not_import_the_cli():
 def test_only_sources_runs_git_fetch_or_clone():
     """One git fetcher: no other module spells a git fetch/clone/ls-remote command."""
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "sources.py":
+        if path.name == "gitfetch.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.List, ast.Tuple)):
@@ -126,7 +126,7 @@ def test_only_sources_runs_git_fetch_or_clone():
                 continue
             words = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
             assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), (
-                f"{path.name}:{node.lineno} runs git to fetch: use sources.fetch"
+                f"{path.name}:{node.lineno} runs git to fetch: use gitfetch.fetch"
             )
 
 

@@ -48,10 +48,10 @@ def test_settings_are_frozen_and_follow_the_environment(monkeypatch, tmp_path):
 
 
 def test_one_cache_root():
+    from mtpimage import gitfetch
     from mtpimage.assembly import fastpath
-    from mtpimage.lock import sources
 
-    assert sources.cache_root() == settings.current().cache_root
+    assert gitfetch.cache_root() == settings.current().cache_root
     assert fastpath.memo_dir().parent == settings.current().cache_root
 
 
