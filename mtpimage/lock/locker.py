@@ -27,6 +27,7 @@ from pathlib import Path
 from mtpimage import gitfetch
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.lock import lockfile, pydeps, srcmeta, staging
+from mtpimage.lock.extsource import verify_source
 from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
@@ -256,8 +257,6 @@ class Locker(PythonSets):
     def extension_source(self, p) -> dict:
         """A compiled extension's source pin, checked: the sdist's sha256 as its index lists
         it, or the git commit fetched. Unreachable is recorded; a mismatch is a failure."""
-        from mtpimage.ext.extensions import verify_source
-
         ok, detail = verify_source(p)
         if ok is None:
             self.unverified.append(f"{p.name}: source {detail}")
