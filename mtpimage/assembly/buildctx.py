@@ -117,7 +117,7 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
     before anything compiles: a missing mirror fails in seconds with its fix, not after a
     26-minute TransformerEngine compile. Everything lands in the caches that build_context
     reads next, so nothing is fetched twice."""
-    from mtpimage.ext import extbuild
+    from mtpimage.assembly import extbuild
     from mtpimage.ext.wheelcache import WheelCache
 
     plan = rendered.plan
@@ -170,7 +170,7 @@ def build_context(
     extensions' cached wheels (`wheels`, from extbuild.ensure_wheels). With `only_extension`,
     the context of that extension's builder stage instead: the rendered files and its
     source (ext-src/<name>/), nothing else."""
-    from mtpimage.ext import extbuild
+    from mtpimage.assembly import extbuild
 
     if only_extension is not None:
         pkg = rendered.plan.package(only_extension)

@@ -305,7 +305,8 @@ def build_request(
 def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:
     """The compiled extensions' wheels, from the wheel cache or built once per key in their
     builder stages (same secrets and builder as the image build); see extbuild.py."""
-    from mtpimage.ext import extbuild, extensions
+    from mtpimage.assembly import extbuild
+    from mtpimage.ext import extensions
 
     if not extensions.built(plan):
         return {}

@@ -296,7 +296,7 @@ def cmd_remove(args) -> int:
 
 
 def cmd_add(args) -> int:
-    from mtpimage.ext.sitewheel import add
+    from mtpimage.assembly.sitewheel import add
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
@@ -316,7 +316,7 @@ def cmd_add(args) -> int:
 
 
 def cmd_pin(args) -> int:
-    from mtpimage.ext import wheelcheck
+    from mtpimage.assembly import wheelcheck
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
@@ -332,8 +332,8 @@ def cmd_pin(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from mtpimage.assembly import extbuild, wheelcheck
     from mtpimage.assembly.pipeline import BuildOptions, extension_builder
-    from mtpimage.ext import extbuild, wheelcheck
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.mirrors import Mirrors
     from mtpimage.plan.load import load_for, plan_for, substitutions_of

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from mtpimage.assembly import pipeline
+from mtpimage.assembly import extbuild, pipeline
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions
+from mtpimage.ext import extensions
 from mtpimage.manifests import manifest
 from mtpimage.plan.load import plan_for
 

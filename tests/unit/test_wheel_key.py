@@ -11,8 +11,9 @@ import shutil
 import pytest
 from packaging.utils import canonicalize_name
 
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions
+from mtpimage.ext import extensions
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.manifests import manifest

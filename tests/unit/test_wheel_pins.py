@@ -11,9 +11,10 @@ import shutil
 
 import pytest
 
+from mtpimage.assembly import extbuild, wheelcheck
 from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
-from mtpimage.ext import extbuild, extensions, wheelcheck, wheelpins
+from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import manifest

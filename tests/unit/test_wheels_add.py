@@ -11,8 +11,9 @@ import shutil
 
 import pytest
 
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions, wheelpins
+from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import manifest
