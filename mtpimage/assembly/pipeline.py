@@ -373,7 +373,7 @@ def attach_sbom(
     compiled) replaces any; otherwise an SBOM already attached stays. With --summary-file it
     is also written beside the summary, as `<profile>.sbom.cdx.json`. `pushed` gets the
     artifact's digest when this call pushed one (for the roll-back of a failed push)."""
-    from mtpimage.outputs import sbom
+    from mtpimage.assembly import sbom
     from mtpimage.publish import sbomattach
 
     there = None if fresh else sbomattach.attached(client, IMAGE_REPOSITORY, digest)

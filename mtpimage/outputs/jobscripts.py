@@ -15,9 +15,10 @@ from pathlib import Path
 import jinja2
 
 from mtpimage import invocation
+from mtpimage.assembly import driver
 from mtpimage.errors import InputError
 from mtpimage.imageref import ImageRef, Registry
-from mtpimage.outputs import driver, multinode, rayjob
+from mtpimage.outputs import multinode, rayjob
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts

@@ -1,10 +1,10 @@
 """Attaching the SBOM (sbom.py) to a pushed image in its registry, as OCI 1.1 describes it.
 
 The SBOM is an OCI artifact in the image's own repository:
-    manifest  application/vnd.oci.image.manifest.v1+json, artifactType sbom.MEDIA_TYPE,
+    manifest  application/vnd.oci.image.manifest.v1+json, artifactType MEDIA_TYPE,
               `subject` = the image manifest (the referrers relation)
     config    the empty descriptor (application/vnd.oci.empty.v1+json, `{}`)
-    layer     the CycloneDX JSON (sbom.MEDIA_TYPE), titled `<profile>.sbom.cdx.json`
+    layer     the CycloneDX JSON (MEDIA_TYPE), titled `<profile>.sbom.cdx.json`
 tagged `sha256-<image digest hex>.sbom`: the tag scheme cosign and oras read when a registry
 has no referrers API. Where the registry lacks that API (Debian's distribution 2.8 does), the
 artifact is also listed in the OCI referrers tag `sha256-<image digest hex>` (an image index
@@ -19,8 +19,9 @@ import hashlib
 import json
 
 from mtpimage import netpolicy
-from mtpimage.outputs.sbom import MEDIA_TYPE
 from mtpimage.publish.registryclient import RegistryClient, transient
+
+MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

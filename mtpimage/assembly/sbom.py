@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # annotations only: the SBOM's purls and file names need no r
     from mtpimage.ext.extensions import BuilderStage
 
 SPEC_VERSION = "1.5"
-MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
 NS = "io.mtp-image-builder"  # property names: the labels' namespace
 IMAGE_REF = "image"  # bom-ref of the image itself (metadata.component)
 
