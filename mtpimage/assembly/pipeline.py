@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine, invocation
-from mtpimage.assembly import imagetest, sizes
+from mtpimage.assembly import imagetest, release, sizes
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.assembly.versionvector import identity_labels
 from mtpimage.engine import buildlog
@@ -30,7 +30,6 @@ from mtpimage.lock import lockfile
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import release
 
 Say = Callable[[str], None]
 

@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mtpimage.assembly import sizes, stack
+from mtpimage.assembly import release, sizes, stack
 from mtpimage.assembly.render import Rendered
 from mtpimage.imageref import Registry
 from mtpimage.plan.model import IMAGE_REPOSITORY
-from mtpimage.publish import release
 from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
