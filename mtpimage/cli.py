@@ -20,11 +20,11 @@ from mtpimage.errors import (
     quiet_exit_for_gone_reader,
     stdout_reader_gone,
 )
-from mtpimage.manifests.modelconfig import check_model
 from mtpimage.outputs.report import print_checks, print_plan
 from mtpimage.plan import mtponly, rules
 from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, mode_guarantees, verl_facts
+from mtpimage.plan.modelconfig import check_model
 
 
 def image_of(plan: Plan, root) -> str:
