@@ -105,7 +105,7 @@ class RealBench:
         from mtpimage.manifests import manifest
 
         try:
-            from mtpimage.plan.load import plan_for
+            from mtpimage.commands.load import plan_for
         except ImportError:
             from mtpimage.cli import plan_for
         from mtpimage.assembly.render import render

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtpimage import invocation, settings
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.errors import (
     EXIT_ENV,
     EXIT_INPUT,
@@ -22,7 +23,6 @@ from mtpimage.errors import (
 )
 from mtpimage.outputs.report import print_checks, print_plan
 from mtpimage.plan import mtponly, rules
-from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, mode_guarantees, verl_facts
 from mtpimage.plan.modelconfig import check_model
 

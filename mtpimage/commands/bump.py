@@ -25,10 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from mtpimage.commands.load import load, load_for
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.lock import locker
 from mtpimage.outputs import bumpreport
-from mtpimage.plan.load import load, load_for
 
 
 def register(subparsers, add_common) -> None:

@@ -135,7 +135,7 @@ def cmd_ci(args) -> int:
 
 # -- diff ------------------------------------------------------------------------------------
 def _side(m, ref: str, sets, args=None) -> vectordiff.Side:
-    from mtpimage.plan.load import plan_for, substitutions_of
+    from mtpimage.commands.load import plan_for, substitutions_of
 
     if ref in m.profiles:
         return vectordiff.side_from_plan(plan_for(m, ref, sets, **substitutions_of(args)))
@@ -250,7 +250,7 @@ def cmd_stack(args) -> int:
     from mtpimage.assembly import stack, stackjob
     from mtpimage.assembly.render import render
     from mtpimage.commands.image import build_options_from_args
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
 
     if args.push and not args.registry:
         raise InputError(
@@ -296,7 +296,7 @@ def cmd_published(args) -> int:
     """KEY=VALUE lines for $GITHUB_OUTPUT: `name` (REG/mtp-verl), `digest` of the profile's
     content tag (pushed only after its checks passed) and `sbom` (its SBOM artifact, REF@DIGEST)."""
     from mtpimage.assembly.render import render
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
     from mtpimage.plan.model import IMAGE_REPOSITORY
     from mtpimage.publish import sbomattach
     from mtpimage.publish.registryclient import RegistryClient

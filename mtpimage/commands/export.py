@@ -8,8 +8,8 @@ from pathlib import Path
 def cmd_export(args) -> int:
     from mtpimage import engine
     from mtpimage.assembly.render import render
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
     from mtpimage.outputs.enroot import export_enroot
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))

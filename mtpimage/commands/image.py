@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, run_tests
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.engine import ENGINES
-from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
 
 def _say(msg: str) -> None:

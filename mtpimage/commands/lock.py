@@ -35,10 +35,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mtpimage.commands.load import load, load_for
 from mtpimage.errors import EXIT_ENV, EXIT_RULES, InputError
 from mtpimage.lock.locker import exclusive, lock
 from mtpimage.mirrors import Mirrors
-from mtpimage.plan.load import load, load_for
 
 __all__ = ["register", "cmd_lock"]
 

@@ -18,7 +18,7 @@ from mtpimage import invocation
 def cmd_sbom(args) -> int:
     from mtpimage.assembly.render import render
     from mtpimage.assembly.sbom import document, dumps, known_wheels
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))

@@ -21,7 +21,7 @@ def _say(msg: str) -> None:
 def cmd_verify(args) -> int:
     from mtpimage.assembly import verify
     from mtpimage.commands.image import build_options_from_args
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))

@@ -297,7 +297,7 @@ def cmd_remove(args) -> int:
 
 def cmd_add(args) -> int:
     from mtpimage.assembly.sitewheel import add
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     # the same plan a build of this profile makes (substitutions included): the same key
@@ -317,8 +317,8 @@ def cmd_add(args) -> int:
 
 def cmd_pin(args) -> int:
     from mtpimage.assembly import wheelcheck
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
     from mtpimage.ext.wheelcache import WheelCache
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
@@ -334,9 +334,9 @@ def cmd_pin(args) -> int:
 def cmd_verify(args) -> int:
     from mtpimage.assembly import extbuild, wheelcheck
     from mtpimage.assembly.pipeline import BuildOptions, extension_builder
+    from mtpimage.commands.load import load_for, plan_for, substitutions_of
     from mtpimage.ext.wheelcache import WheelCache
     from mtpimage.mirrors import Mirrors
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     subs = substitutions_of(args)

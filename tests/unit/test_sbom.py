@@ -18,8 +18,8 @@ from mtpimage.assembly import sbom
 from mtpimage.assembly.recipe import recipe_of
 from mtpimage.assembly.render import render
 from mtpimage.assembly.sbom import BuiltWheel
+from mtpimage.commands.load import load, plan_for
 from mtpimage.imageref import Registry
-from mtpimage.plan.load import load, plan_for
 from mtpimage.publish import sbomattach
 from tests.unit.helpers import REPO, run_main
 
