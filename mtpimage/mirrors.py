@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from mtpimage import settings
 from mtpimage.errors import EnvironmentProblem, InputError, redact
+from mtpimage.imageref import DOCKER_HUB, ImageRef, Registry, is_loopback, names_a_host
 
 INDEX_SETTING = "MTP_INDEX_REWRITE"
 REGISTRY_SETTING = "MTP_REGISTRY_MIRROR"
@@ -63,8 +64,6 @@ class RegistryMirror:
         """The mirror's reference of `image_ref` by its digest, or None when it names another
         registry. A reference without a digest is refused: only a digest makes the mirror's
         bytes the ones the plan pinned."""
-        from mtpimage.imageref import ImageRef
-
         parsed = ImageRef.parse(image_ref, flag="base image")
         if _registry_name(parsed.host) != self.registry:
             return None
@@ -84,8 +83,6 @@ class RegistryMirror:
 
 
 def _registry_name(host: str) -> str:
-    from mtpimage.imageref import DOCKER_HUB
-
     return DOCKER_HUB if host in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io") else host
 
 
@@ -106,8 +103,6 @@ def parse_index(text: str) -> tuple[IndexMirror, ...]:
 
 def parse_registry(values, where: str = REGISTRY_SETTING) -> tuple[RegistryMirror, ...]:
     """`REGISTRY=HOST[:PORT][/PREFIX]` pairs (a text of the setting, or the flag's values)."""
-    from mtpimage.imageref import Registry, names_a_host
-
     pairs = split_pairs(values) if isinstance(values, str) else [p for v in values for p in split_pairs(v)]
     out: dict[str, RegistryMirror] = {}
     for pair in pairs:
@@ -152,8 +147,6 @@ class BuildMirrors:
         """Whether a mirrored index is on this machine's loopback (a local proxying cache):
         build steps then need the host's network to reach it."""
         from urllib.parse import urlsplit
-
-        from mtpimage.imageref import is_loopback
 
         return any(is_loopback(urlsplit(url).hostname or "") for _o, url in self.indexes)
 

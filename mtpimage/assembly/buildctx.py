@@ -17,8 +17,13 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from mtpimage import gitfetch
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import Rendered, deterministic_tar
+from mtpimage.assembly.steps import patch_name
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.ext.wheelcache import WheelCache
+from mtpimage.manifests import patches
 from mtpimage.plan.model import Component
 
 
@@ -44,8 +49,6 @@ def fetch_tree_entries(name: str, repo: str, commit: str, prefix: str) -> list[t
 
 
 def _tree_archive(name: str, repo: str, commit: str) -> bytes:
-    from mtpimage import gitfetch
-
     try:
         tree = gitfetch.fetch(repo, commit)
     except gitfetch.GitError as exc:
@@ -76,7 +79,6 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
             data = tar.extractfile(member).read()
             mode = 0o755 if member.mode & 0o111 else 0o644
             out.append((f"src/{comp.name}/{member.name}", data, mode))
-    from mtpimage import gitfetch
 
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
     if comp.subdir not in (".", ""):
@@ -97,9 +99,6 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
 def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, int]]:
     """patches/<name>/<iii>-<file> for every patch of the Plan, each verified against its
     sha256 (a patch by reference is the diff of its two commits, made here)."""
-    from mtpimage.assembly.steps import patch_name
-    from mtpimage.manifests import patches
-
     plan = rendered.plan
     out = []
     for comp in plan.components:
@@ -117,9 +116,6 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
     before anything compiles: a missing mirror fails in seconds with its fix, not after a
     26-minute TransformerEngine compile. Everything lands in the caches that build_context
     reads next, so nothing is fetched twice."""
-    from mtpimage.assembly import extbuild
-    from mtpimage.ext.wheelcache import WheelCache
-
     plan = rendered.plan
     cache = WheelCache()
     n_git = n_ext = 0
@@ -145,8 +141,6 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
 
 def _fetch_tree(name: str, repo: str, commit: str) -> None:
     """gitfetch.fetch with build_context's one-line error (the mirror fix)."""
-    from mtpimage import gitfetch
-
     try:
         gitfetch.fetch(repo, commit)
     except gitfetch.GitError as exc:
@@ -170,8 +164,6 @@ def build_context(
     extensions' cached wheels (`wheels`, from extbuild.ensure_wheels). With `only_extension`,
     the context of that extension's builder stage instead: the rendered files and its
     source (ext-src/<name>/), nothing else."""
-    from mtpimage.assembly import extbuild
-
     if only_extension is not None:
         pkg = rendered.plan.package(only_extension)
         progress(f"source  {pkg.name:<16} {extbuild.extensions.origin(pkg)}")

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from mtpimage import invocation
+from mtpimage import invocation, janitor
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
+from mtpimage.imageref import ImageRef
+from mtpimage.manifests import inputfile
 from mtpimage.mirrors import INDEX_SECRET, BuildMirrors, MirroredBase
 
 
@@ -238,8 +240,6 @@ class ContainerEngine(ABC):
 def registry_host(ref: str) -> str | None:
     """The registry a reference names explicitly (`host[:port]/...`), or None for a bare name
     (which docker would look up on docker.io)."""
-    from mtpimage.imageref import ImageRef
-
     try:
         parsed = ImageRef.parse(ref)
     except InputError:
@@ -261,13 +261,10 @@ def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
     """{secret id: file} for one build: the request's CA bundle and netrc (checked to exist),
     the mirrors' index table, empty files for the rest; the written ones are removed after
     the build (mode 0600: the table may hold a mirror's token)."""
-    from mtpimage.manifests import inputfile
-
     given = {"ca-bundle": req.ca_bundle, "netrc": req.netrc}
     for sid, path in given.items():
         if path is not None:  # a device or FIFO handed to the build would hang or fill it
             inputfile.check(Path(path), SECRET_LIMITS[f"--{sid}"], f"--{sid}'s file", f"--{sid} {path}")
-    from mtpimage import janitor
 
     with tempfile.TemporaryDirectory(prefix="mtp-secrets-") as tmp:
         janitor.guard(Path(tmp))  # removed at once should the tool be killed (a token may be in it)

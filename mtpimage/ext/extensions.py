@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from packaging.utils import canonicalize_name as canonical
 
+from mtpimage.ext.wheelcache import cache_key
 from mtpimage.mirrors import INDEX_SECRET
 from mtpimage.plan.model import LockedRow, Package, Plan
 
@@ -230,8 +231,6 @@ def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
 
 
 def key_of(inputs: dict) -> str:
-    from mtpimage.ext.wheelcache import cache_key
-
     return cache_key(inputs)
 
 

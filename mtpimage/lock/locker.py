@@ -28,7 +28,7 @@ from mtpimage import gitfetch
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.lock import lockfile, pydeps, srcmeta, staging
 from mtpimage.lock.extsource import verify_source
-from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
+from mtpimage.lock.probes import PROBED_RULES, apply_check, patch_paths, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
 from mtpimage.manifests import manifest
@@ -322,8 +322,6 @@ class Locker(PythonSets):
     def _misfit(self, c, p, path: Path, tree: Path, err: str) -> str:
         """One line: the patch, the artifact it does not fit, the files it cannot find there
         (or git's/patch's reason), and the version it fitted when the previous lock checked it."""
-        from mtpimage.lock.probes import patch_paths
-
         artifact = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.repo} @ {c.commit[:12]}"
         gone = [f for f in patch_paths(path, p.strip) if not (tree / f).exists()]
         why = f"{', '.join(gone)} not in it" if gone else err

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mtpimage import gitfetch
 from mtpimage.errors import EnvironmentProblem, InputError
 
 
@@ -86,8 +87,6 @@ def patch_bytes(comp: str, index: int, p: Any, manifests_root: Path | None, wher
     is PatchUnavailable naming the repository and the commit."""
     key = f"components.{comp}.patches[{index}]"
     if getattr(p, "repo", None):
-        from mtpimage import gitfetch
-
         try:
             data, files = gitfetch.commit_diff(p.repo, p.base, p.head, tuple(p.paths))
         except gitfetch.GitError as exc:

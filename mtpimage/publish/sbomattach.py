@@ -19,6 +19,7 @@ import hashlib
 import json
 
 from mtpimage import netpolicy
+from mtpimage.errors import EnvironmentProblem
 from mtpimage.publish.registryclient import RegistryClient, transient
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
@@ -72,8 +73,6 @@ def attach(client: RegistryClient, repository: str, image_digest: str, sbom: byt
     the artifact (REF: its `.sbom` tag). Blobs already there are not sent again."""
     got = _net(client.manifest, repository, image_digest)
     if got is None:
-        from mtpimage.errors import EnvironmentProblem
-
         raise EnvironmentProblem(
             f"{client.registry.ref(repository)}@{image_digest} is not in the registry, so no SBOM "
             "can name it as its subject (fix: push the image first)"
