@@ -31,7 +31,7 @@ from mtpimage.imageref import ImageRef, Registry
 from mtpimage.lock import lockfile
 from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
-from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
+from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.publish import baseplatform, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
@@ -173,8 +173,6 @@ def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirror
         try:
             answers(mirror.host)
         except RegistryUnreachable as exc:
-            from mtpimage.mirrors import MirroredBase
-
             raise MirroredBase(base, ref, mirror).failed(
                 f"registry {mirror.host} cannot be reached ({exc.reason})"
             ) from None
@@ -504,9 +502,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
     except BaseException:
         # publish rolled the image back; an SBOM whose image is gone would name nothing
         if sboms and _image_gone(client, rendered.identity):
-            from mtpimage.publish.sbomattach import detach
-
-            detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
+            sbomattach.detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
             say(f"rolled back the SBOM {sboms[0]}")
         raise
     say(

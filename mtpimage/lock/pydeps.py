@@ -25,6 +25,7 @@ from mtpimage import children, mirrors, netpolicy, settings
 from mtpimage.engine.containerengine import SECRET_LIMITS
 from mtpimage.errors import EnvironmentProblem
 from mtpimage.manifests import inputfile
+from mtpimage.publish.registryclient import network_reason
 
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
 # manylinux_2_28 alone is not enough: sglang 0.5.12's wheels are manylinux_2_34. pip 23
@@ -116,8 +117,6 @@ def probe_index(url: str, project: str) -> str | None:
     except _Transient as exc:
         return f"{target}: {exc}"
     except requests.exceptions.SSLError as exc:
-        from mtpimage.publish.registryclient import network_reason
-
         return f"{target}: {network_reason(exc)}"  # `TLS failed (certificate verify failed)`
     except requests.RequestException as exc:
         text = str(exc)
