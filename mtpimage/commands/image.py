@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 from mtpimage import engine
+from mtpimage.assembly import pipeline
 from mtpimage.assembly.buildctx import write_context
-from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, extension_wheels, run_tests
+from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, run_tests
 from mtpimage.assembly.render import render
 from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.engine import ENGINES
@@ -102,7 +103,7 @@ def cmd_render(args) -> int:
             print(msg, file=sys.stderr, flush=True)
 
         # compiled extensions come as a build gets them: the wheel cache, its share, or built
-        wheels = extension_wheels(plan, rendered, build_options_from_args(args), say)
+        wheels = pipeline.extension_wheels(plan, rendered, build_options_from_args(args), say)
         count = write_context(rendered, out, progress=say, wheels=wheels)
     incomplete = not with_sources and any(c.source == "git" or c.patches for c in plan.components)
     if getattr(args, "json", False):
