@@ -105,7 +105,7 @@ class RealBench:
         from mtpimage.manifests import manifest
 
         try:
-            from mtpimage.plan.load import plan_for
+            from mtpimage.commands.load import plan_for
         except ImportError:
             from mtpimage.cli import plan_for
         from mtpimage.assembly.render import render
@@ -357,11 +357,11 @@ class RealBench:
     def bump_mid(self):
         import yaml
 
-        from mtpimage.lock import sources
+        from mtpimage import gitfetch
 
         cat = yaml.safe_load((REPO / "manifests" / "components.yaml").read_text())
         patch = cat["components"]["sglang"]["patches"][0]
-        data, _ = sources.commit_diff(patch["repo"], patch["base"], patch["head"], SGLANG_KEEP)
+        data, _ = gitfetch.commit_diff(patch["repo"], patch["base"], patch["head"], SGLANG_KEEP)
         import hashlib
 
         sha = hashlib.sha256(data).hexdigest()

@@ -11,6 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtpimage import invocation, settings
+from mtpimage.assembly.pipeline import base_first, base_platform, build_mirrors, check_frozen, run
+from mtpimage.assembly.render import image_of as _image_of
+from mtpimage.commands import MODULES
+from mtpimage.commands.image import add_registry_mirror
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.errors import (
     EXIT_ENV,
     EXIT_INPUT,
@@ -18,18 +23,21 @@ from mtpimage.errors import (
     BuilderError,
     InputError,
     quiet_exit_for_gone_reader,
+    redact,
     stdout_reader_gone,
 )
-from mtpimage.manifests.modelconfig import check_model
-from mtpimage.outputs.report import print_checks, print_plan
+from mtpimage.lock import lockfile
+from mtpimage.lock.lockfile import locked_probes
+from mtpimage.lock.probes import evaluate_plans
+from mtpimage.manifests import sitefacts
+from mtpimage.mirrors import Mirrors
+from mtpimage.outputs.report import print_checks, print_plan, resolution_lines, summary_text
 from mtpimage.plan import mtponly, rules
-from mtpimage.plan.load import load_for, plan_for, substitutions_of
 from mtpimage.plan.model import Plan, mode_guarantees, verl_facts
+from mtpimage.plan.modelconfig import check_model
 
 
 def image_of(plan: Plan, root) -> str:
-    from mtpimage.assembly.render import image_of as _image_of
-
     return _image_of(plan, root)
 
 
@@ -101,6 +109,7 @@ def make_parser() -> argparse.ArgumentParser:
         "resolve, check, build, test in the image, tag locally (--push to publish).",
     )
     _common(parser, sub=False)
+    # deferred: import cost: the main job's options load only for the main job
     from mtpimage.commands import mainjob
 
     mainjob.add_options(parser)  # the main job's own options: there and nowhere else
@@ -123,7 +132,6 @@ def make_parser() -> argparse.ArgumentParser:
         help="fetch each pinned source and decide rules from its code (see `lock`)",
     )
     p.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
-    from mtpimage.commands.image import add_registry_mirror
 
     add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
 
@@ -146,6 +154,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="use this digest instead of asking the registry (see the job script before publishing)",
     )
     p.add_argument("--why", "--verbose", dest="verbose", action="store_true", help=VERBOSE_HELP)
+    # deferred: import cost: loaded only for explain --cluster
     from mtpimage.commands import cluster
 
     cluster.add_options(p)
@@ -158,8 +167,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def command_modules():
-    from mtpimage.commands import MODULES
-
     return MODULES
 
 
@@ -204,8 +211,6 @@ def cmd_list(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        from mtpimage.outputs.report import summary_text
-
         width = max((len(r["name"]) for r in rows), default=0)
         for r, plan in zip(rows, plans, strict=True):
             print(f"{r['name']:<{width}}  {r['mode']:<9}  {','.join(r['targets']):<6}  {summary_text(plan)}")
@@ -214,8 +219,6 @@ def cmd_list(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from mtpimage.lock.probes import evaluate_plans
-
     m = load_for(args, keep_going=True)
     one = getattr(args, "profile", None)
     if one:  # the profile asked for: its own error, whole, as before
@@ -248,7 +251,6 @@ def cmd_check(args) -> int:
         print_checks([(plan, res) for plan, res, _ in reports], args.verbose)
         for line in dict.fromkeys(v.line for v in bases.values()):  # one line per distinct base
             print(f"base image {line}")
-        from mtpimage.manifests import sitefacts
 
         added = sitefacts.load(m.root, rules.facts()).added
         if added:
@@ -281,9 +283,6 @@ def _lines(errors: list[InputError]) -> list[str]:
 def base_platforms(plans: list[Plan], root, registry_mirror=None) -> dict:
     """profile -> its base's platform manifest verdict (pipeline.base_platform), each distinct
     base read once; a lock that records another manifest stops `check` here, in one line."""
-    from mtpimage.assembly.pipeline import base_platform, build_mirrors
-    from mtpimage.mirrors import Mirrors
-
     mirrors = Mirrors.configured(registry_mirror)
     return {p.profile: base_platform(p, root, build_mirrors(mirrors, p)) for p in plans}
 
@@ -313,8 +312,9 @@ def cmd_explain(args) -> int:
         print(f"error: {line}", file=sys.stderr)
     done = EXIT_RULES if failures else 0
     if args.cluster:
+        # deferred: import cost: loaded only for explain --cluster
         from mtpimage.commands.cluster import layout_of, signed_by_of
-        from mtpimage.outputs.jobscripts import published_job_script
+        from mtpimage.outputs.jobscripts import published_job_script  # deferred: as above
 
         job = published_job_script(
             plan,
@@ -368,7 +368,6 @@ def cmd_explain(args) -> int:
     for line in recipe.lines() if recipe is not None else ():
         print(f"# {line}")
     print(f"# image: {image_of(plan, m.root)}")
-    from mtpimage.outputs.report import resolution_lines
 
     departures = resolution_lines(plan, args.verbose)
     if departures and not args.verbose:
@@ -378,6 +377,7 @@ def cmd_explain(args) -> int:
     for name, p in patches:
         print(f"# patch {name}: {p.describe()} ({p.url})")
     if "rl" in plan.targets and args.target == "rl":
+        # deferred: import cost: loaded only for a multi-node explain
         from mtpimage.outputs.multinode import placement_note
 
         print(f"# multi-node: {placement_note(plan)}")
@@ -395,10 +395,7 @@ def cmd_main(args):
     name = args.profile or DEFAULT_PROFILE
     plan = plan_for(m, name, args.sets, **substitutions_of(args))
     if args.dry_run and getattr(args, "frozen", None):
-        from mtpimage.lock import lockfile
-
         lockfile.check_frozen(m, plan)  # what the build would stop on, a dry run stops on too
-    from mtpimage.lock.lockfile import locked_probes
 
     results = rules.evaluate(plan, locked_probes(m, plan), "lock", rules.facts_for(m.root))
     if args.json:
@@ -417,7 +414,7 @@ def cmd_main(args):
         )
     else:
         if not args.dry_run and not rules.errors(results):
-            from mtpimage.assembly.pipeline import base_first, check_frozen
+            # deferred: import cost: the main job's options load only for the main job
             from mtpimage.commands.mainjob import main_job
 
             # a build that cannot start says so in one line, not after 65 lines of plan; a lock
@@ -430,7 +427,7 @@ def cmd_main(args):
         return EXIT_RULES
     if args.dry_run:
         return 0
-    from mtpimage.assembly.pipeline import run
+    # deferred: import cost: the main job's options load only for the main job
     from mtpimage.commands.mainjob import main_job
 
     return run(main_job(args, m, plan))
@@ -496,7 +493,6 @@ def _internal_error(exc: Exception) -> int:
     """Never a traceback for users; MTP_DEBUG=1 shows it."""
     if settings.current().debug:
         raise exc
-    from mtpimage.errors import redact
 
     print(
         redact(f"internal error: {type(exc).__name__}: {exc} (rerun with MTP_DEBUG=1 and report it)"),

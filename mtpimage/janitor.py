@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from mtpimage import settings
+
 POLL = 0.2  # seconds between looks at the tool's process
 GRACE = 10  # seconds a child that names a guarded path gets after SIGTERM
 
@@ -36,8 +38,6 @@ _HERE = str(Path(__file__).resolve().parents[1])  # where `mtpimage` is imported
 
 
 def _list_file() -> Path:
-    from mtpimage import settings
-
     d = settings.current().cache_root / "janitor"
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{os.getpid()}.paths"

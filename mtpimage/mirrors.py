@@ -32,7 +32,8 @@ import re
 from dataclasses import dataclass, field
 
 from mtpimage import settings
-from mtpimage.errors import InputError, redact
+from mtpimage.errors import EnvironmentProblem, InputError, redact
+from mtpimage.imageref import DOCKER_HUB, ImageRef, Registry, is_loopback, names_a_host
 
 INDEX_SETTING = "MTP_INDEX_REWRITE"
 REGISTRY_SETTING = "MTP_REGISTRY_MIRROR"
@@ -63,8 +64,6 @@ class RegistryMirror:
         """The mirror's reference of `image_ref` by its digest, or None when it names another
         registry. A reference without a digest is refused: only a digest makes the mirror's
         bytes the ones the plan pinned."""
-        from mtpimage.publish.imageref import ImageRef
-
         parsed = ImageRef.parse(image_ref, flag="base image")
         if _registry_name(parsed.host) != self.registry:
             return None
@@ -84,8 +83,6 @@ class RegistryMirror:
 
 
 def _registry_name(host: str) -> str:
-    from mtpimage.publish.imageref import DOCKER_HUB
-
     return DOCKER_HUB if host in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io") else host
 
 
@@ -106,8 +103,6 @@ def parse_index(text: str) -> tuple[IndexMirror, ...]:
 
 def parse_registry(values, where: str = REGISTRY_SETTING) -> tuple[RegistryMirror, ...]:
     """`REGISTRY=HOST[:PORT][/PREFIX]` pairs (a text of the setting, or the flag's values)."""
-    from mtpimage.publish.imageref import Registry, names_a_host
-
     pairs = split_pairs(values) if isinstance(values, str) else [p for v in values for p in split_pairs(v)]
     out: dict[str, RegistryMirror] = {}
     for pair in pairs:
@@ -153,8 +148,6 @@ class BuildMirrors:
         build steps then need the host's network to reach it."""
         from urllib.parse import urlsplit
 
-        from mtpimage.publish.imageref import is_loopback
-
         return any(is_loopback(urlsplit(url).hostname or "") for _o, url in self.indexes)
 
     def describe(self) -> str | None:
@@ -162,6 +155,22 @@ class BuildMirrors:
         parts = [f"{o} -> {redact(u)}" for o, u in self.indexes]
         parts += [f"{m.registry} -> {m.location}" for m in self.registries]
         return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class MirroredBase:
+    ref: str  # as the rendered Dockerfile names it
+    mirror_ref: str  # what the build pulls and starts FROM: the mirror's, by digest
+    mirror: RegistryMirror
+
+    def failed(self, why: str) -> EnvironmentProblem:
+        """The one line for a base the mirror could not give."""
+        return EnvironmentProblem(
+            f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
+            f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
+            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
+            f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
+        )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The one network policy: how often and how long every network step retries, and how long
-one call may take. Git fetches (sources.py), index probes and page reads (pydeps.py,
-resolver.py) and image pushes (publish/release.py) all retry through `retrying()`; the tools that
+one call may take. Git fetches (gitfetch.py), index probes and page reads (pydeps.py,
+resolver.py) and image pushes (assembly/release.py) all retry through `retrying()`; the tools that
 retry on their own get the same number (pip's --retries, uv's UV_HTTP_RETRIES).
 
 Environment (settings.py reads it; asked at each call, so a test or a CI step can change it):

@@ -1,6 +1,6 @@
 """The build context: rendered files + the pinned sources and patches, as one normalised tar.
 
-Sources of git components come from the one git fetcher (sources.fetch) on this machine,
+Sources of git components come from the one git fetcher (gitfetch.fetch) on this machine,
 so the user's git configuration applies (url.<mirror>.insteadOf, credential helpers,
 proxies), and the build itself needs no access to the git servers. Each fetch is checked
 against the Plan's commit, retried under the network policy and cached by repository and
@@ -17,13 +17,18 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from mtpimage import gitfetch
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import Rendered, deterministic_tar
+from mtpimage.assembly.steps import patch_name
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.ext.wheelcache import WheelCache
+from mtpimage.manifests import patches
 from mtpimage.plan.model import Component
 
 
 def fetch_archive(comp: Component) -> bytes:
-    """A tar of the component's pinned commit, from the one git fetcher (sources.fetch: cache
+    """A tar of the component's pinned commit, from the one git fetcher (gitfetch.fetch: cache
     keyed by repository and commit, retries, url.insteadOf mirrors, partial mirrors opted in)."""
     assert comp.source == "git" and comp.commit and comp.repo
     return _tree_archive(comp.name, comp.repo, comp.commit)
@@ -44,13 +49,11 @@ def fetch_tree_entries(name: str, repo: str, commit: str, prefix: str) -> list[t
 
 
 def _tree_archive(name: str, repo: str, commit: str) -> bytes:
-    from mtpimage.lock import sources
-
     try:
-        tree = sources.fetch(repo, commit)
-    except sources.GitError as exc:
+        tree = gitfetch.fetch(repo, commit)
+    except gitfetch.GitError as exc:
         raise _fetch_error(name, exc) from None
-    proc = sources.git("ls-files", "-z", "--cached", cwd=tree.path)
+    proc = gitfetch.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
         raise EnvironmentProblem(f"git ls-files in the {name} cache failed: {proc.stderr[-300:]}")
     buf = io.BytesIO()
@@ -76,12 +79,11 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
             data = tar.extractfile(member).read()
             mode = 0o755 if member.mode & 0o111 else 0o644
             out.append((f"src/{comp.name}/{member.name}", data, mode))
-    from mtpimage.lock import sources
 
     origin = {"name": comp.name, "repo": comp.repo, "commit": comp.commit, "ref": comp.ref}
     if comp.subdir not in (".", ""):
         origin["subdir"] = comp.subdir  # PEP 610's `subdirectory` in the image (mtp_install.py)
-    missing = sources.missing_paths(sources.tree_dir(comp.repo, comp.commit))
+    missing = gitfetch.missing_paths(gitfetch.tree_dir(comp.repo, comp.commit))
     if missing:
         origin["missing_from_mirror"] = missing
     out.append(
@@ -97,9 +99,6 @@ def source_entries(comp: Component, archive: bytes) -> list[tuple[str, bytes, in
 def patch_entries(rendered: Rendered, progress=print) -> list[tuple[str, bytes, int]]:
     """patches/<name>/<iii>-<file> for every patch of the Plan, each verified against its
     sha256 (a patch by reference is the diff of its two commits, made here)."""
-    from mtpimage.assembly.steps import patch_name
-    from mtpimage.manifests import patches
-
     plan = rendered.plan
     out = []
     for comp in plan.components:
@@ -117,9 +116,6 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
     before anything compiles: a missing mirror fails in seconds with its fix, not after a
     26-minute TransformerEngine compile. Everything lands in the caches that build_context
     reads next, so nothing is fetched twice."""
-    from mtpimage.ext import extbuild
-    from mtpimage.ext.wheelcache import WheelCache
-
     plan = rendered.plan
     cache = WheelCache()
     n_git = n_ext = 0
@@ -144,12 +140,10 @@ def fetch_sources_first(rendered: Rendered, progress=print) -> None:
 
 
 def _fetch_tree(name: str, repo: str, commit: str) -> None:
-    """sources.fetch with build_context's one-line error (the mirror fix)."""
-    from mtpimage.lock import sources
-
+    """gitfetch.fetch with build_context's one-line error (the mirror fix)."""
     try:
-        sources.fetch(repo, commit)
-    except sources.GitError as exc:
+        gitfetch.fetch(repo, commit)
+    except gitfetch.GitError as exc:
         raise _fetch_error(name, exc) from None
 
 
@@ -170,8 +164,6 @@ def build_context(
     extensions' cached wheels (`wheels`, from extbuild.ensure_wheels). With `only_extension`,
     the context of that extension's builder stage instead: the rendered files and its
     source (ext-src/<name>/), nothing else."""
-    from mtpimage.ext import extbuild
-
     if only_extension is not None:
         pkg = rendered.plan.package(only_extension)
         progress(f"source  {pkg.name:<16} {extbuild.extensions.origin(pkg)}")

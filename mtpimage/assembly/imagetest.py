@@ -11,8 +11,11 @@ import re
 import time
 from dataclasses import dataclass
 
+from mtpimage import engine
+from mtpimage.assembly import checkreuse
 from mtpimage.assembly.checkreuse import REUSED
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.gitfetch import cache_root
 
 CHECKS = "/opt/mtp/checks/run_checks.py"
 
@@ -106,9 +109,6 @@ GPU_UNAVAILABLE = ("could not select device driver", "nvidia-container-cli", "nv
 def _reuse_record(eng, image: str) -> tuple[str | None, dict]:
     """(the key of the image's lower layers, the record of checks proved on them); no key
     for an image without this tool's mode layer on top, or an engine that cannot tell."""
-    from mtpimage.assembly import checkreuse
-    from mtpimage.lock.sources import cache_root
-
     rootfs = eng.rootfs(image)
     if rootfs is None:
         return None, {"groups": {}}
@@ -119,9 +119,6 @@ def _reuse_record(eng, image: str) -> tuple[str | None, dict]:
 def _reused_and_recorded(eng, image: str, key: str | None, record: dict, results: list[dict]) -> list[dict]:
     """The results with reused groups filled in from the record; the groups that passed here
     recorded for the next image with the same lower layers."""
-    from mtpimage.assembly import checkreuse
-    from mtpimage.lock.sources import cache_root
-
     results = checkreuse.expand(results, record)
     if key and checkreuse.remember(record, results, eng.image_id(image) or image):
         checkreuse.save(cache_root(), key, record)
@@ -132,9 +129,6 @@ def run_checks(image: str, eng, gpu: bool = False, timeout: float = 900, full: b
     """The checks of `image`, run in a container of the engine `eng` (a ContainerEngine).
     full: run every check (--full-checks), even those whose inputs an image with the same
     lower layers already passed; their results are recorded either way."""
-    from mtpimage import engine
-    from mtpimage.assembly import checkreuse
-
     ensure_local(eng, image)  # a missing image is pulled only from the registry it names
     key, record = _reuse_record(eng, image)
     reuse = [] if full else checkreuse.reuse_args(record)

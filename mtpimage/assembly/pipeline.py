@@ -20,16 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine, invocation
-from mtpimage.assembly import buildlog, imagetest, sizes
+from mtpimage.assembly import extbuild, imagetest, release, sbom, sizes
+from mtpimage.assembly.buildctx import build_context, fetch_sources_first
 from mtpimage.assembly.render import Rendered, render
-from mtpimage.assembly.versionvector import identity_labels
+from mtpimage.assembly.versionvector import LABEL_NS, identity_labels
+from mtpimage.engine import buildlog
 from mtpimage.errors import EXIT_RULES, BuilderError, EnvironmentProblem
+from mtpimage.ext import extensions
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.lock import lockfile
+from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
-from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, Mirrors, redact
+from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import release
-from mtpimage.publish.imageref import ImageRef, Registry
+from mtpimage.publish import baseplatform, sbomattach
+from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]
 
@@ -159,8 +164,6 @@ def check_frozen(job: MainJob, warn: Say = _warn) -> None:
 def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirrors | None = None) -> None:
     """The base must be present in the local engine `eng` or its registry reachable (through a
     registry mirror that serves it: the mirror); say which, clearly."""
-    from mtpimage.publish.registryclient import RegistryUnreachable, answers
-
     base = plan.base_image
     mirrored = (mirrors or BuildMirrors()).base(base)
     if mirrored is not None:
@@ -170,8 +173,6 @@ def base_preflight(plan: Plan, eng: engine.ContainerEngine, mirrors: BuildMirror
         try:
             answers(mirror.host)
         except RegistryUnreachable as exc:
-            from mtpimage.engine.containerengine import MirroredBase
-
             raise MirroredBase(base, ref, mirror).failed(
                 f"registry {mirror.host} cannot be reached ({exc.reason})"
             ) from None
@@ -200,8 +201,6 @@ def base_platform(plan: Plan, manifests_root: Path | None, mirrors: BuildMirrors
     """The base read again at its pinned digest, its build-platform manifest compared with the
     one lock.yaml records (publish/baseplatform.py): a baseplatform.Verdict, verified or saying
     why not; a lock that records another manifest is refused (InputError, the fix: lock)."""
-    from mtpimage.publish import baseplatform
-
     where = lockfile.shown(manifests_root) if manifests_root else lockfile.LOCK_NAME
     relock = lockfile.relock_command(manifests_root) if manifests_root else "python3 build.py lock"
     key = (plan.base_image, plan.base_platform, plan.substitutions, where, mirrors)
@@ -248,8 +247,6 @@ def index_preflight(plan: Plan, mirrors: BuildMirrors) -> None:
     """Each index mirror the build fetches from answers, asked from here before any build step:
     a mirror that is down fails in one line naming the setting, not after pip's retries in
     the middle of a build (or hours into a compile)."""
-    from mtpimage.lock.pydeps import probe_index
-
     fetched = fetched_indexes(plan)
     for origin, mirror in mirrors.indexes:
         if origin not in fetched:
@@ -286,8 +283,6 @@ def build_request(
     """The image's build: its context (sources, patches, the compiled extensions' wheels)
     and labels (identity_labels, or `labels` given instead: verify takes the published
     image's provenance labels); the same for every engine and for verify's rebuild."""
-    from mtpimage.assembly.buildctx import build_context, fetch_sources_first
-
     mirrors = options.mirrors_for(plan)
     if mirrors.describe():
         say(f"mirrors {mirrors.describe()}")
@@ -304,8 +299,6 @@ def build_request(
 def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say: Say = _say) -> dict:
     """The compiled extensions' wheels, from the wheel cache or built once per key in their
     builder stages (same secrets and builder as the image build); see extbuild.py."""
-    from mtpimage.ext import extbuild, extensions
-
     if not extensions.built(plan):
         return {}
     context_for, request_for = extension_builder(rendered, options, say)
@@ -317,7 +310,6 @@ def extension_wheels(plan: Plan, rendered: Rendered, options: BuildOptions, say:
 def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say):
     """(context_for(name), request_for(context, target, out_dir, build_args)): how extbuild
     runs one extension's builder stage, on this run's engine, secrets and builder."""
-    from mtpimage.assembly.buildctx import build_context
 
     def context_for(name: str) -> bytes:
         return build_context(rendered, progress=say, only_extension=name)
@@ -348,8 +340,6 @@ def extension_builder(rendered: Rendered, options: BuildOptions, say: Say = _say
 
 def extension_labels(wheels: dict) -> dict[str, str]:
     """Each compiled wheel's sha256 on the image (the rendered version vector holds its key)."""
-    from mtpimage.assembly.versionvector import LABEL_NS
-
     return {
         f"{LABEL_NS}.extension.{name}": f"{w.filename} sha256:{w.sha256}"
         for name, w in sorted(wheels.items())
@@ -371,9 +361,6 @@ def attach_sbom(
     compiled) replaces any; otherwise an SBOM already attached stays. With --summary-file it
     is also written beside the summary, as `<profile>.sbom.cdx.json`. `pushed` gets the
     artifact's digest when this call pushed one (for the roll-back of a failed push)."""
-    from mtpimage.outputs import sbom
-    from mtpimage.publish import sbomattach
-
     there = None if fresh else sbomattach.attached(client, IMAGE_REPOSITORY, digest)
     if there is not None:
         ref = f"{client.registry.ref(IMAGE_REPOSITORY, sbomattach.sbom_tag(digest))}@{there}"
@@ -432,8 +419,6 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     local, human_local = rendered.image(), rendered.profile_image()
     client = None
     if reg is not None:
-        from mtpimage.publish.registryclient import RegistryClient
-
         client = RegistryClient(reg)
     say(image_line(local))
     summary["image"] = local
@@ -517,9 +502,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
     except BaseException:
         # publish rolled the image back; an SBOM whose image is gone would name nothing
         if sboms and _image_gone(client, rendered.identity):
-            from mtpimage.publish.sbomattach import detach
-
-            detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
+            sbomattach.detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
             say(f"rolled back the SBOM {sboms[0]}")
         raise
     say(

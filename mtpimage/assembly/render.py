@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import __version__
+from mtpimage.assembly import driver
 from mtpimage.assembly.recipe import Recipe, recipe_of
 from mtpimage.assembly.templating import environment
 from mtpimage.assembly.versionvector import labels, vector_bytes
 from mtpimage.ext import extensions
 from mtpimage.locations import IMAGES_DIR
-from mtpimage.outputs import driver
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
 from mtpimage.settings import local_image
 

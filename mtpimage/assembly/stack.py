@@ -28,8 +28,8 @@ import json
 
 from mtpimage.assembly.render import Rendered
 from mtpimage.errors import BuilderError
+from mtpimage.imageref import Registry
 from mtpimage.plan.model import IMAGE_REPOSITORY
-from mtpimage.publish.imageref import Registry
 
 MODE_MARKER = "# ---- layer: mode ("  # images/partials/mode.j2's first line
 MODE_DIR = "mtp/"  # the mode layer's `COPY mtp/ /opt/mtp/`

@@ -10,11 +10,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mtpimage.assembly import sizes, stack
+from mtpimage.assembly import release, sizes, stack
+from mtpimage.assembly.buildctx import build_context
+from mtpimage.assembly.pipeline import (
+    base_platform,
+    base_preflight,
+    extension_labels,
+    extension_wheels,
+    index_preflight,
+)
 from mtpimage.assembly.render import Rendered
+from mtpimage.imageref import Registry
 from mtpimage.plan.model import IMAGE_REPOSITORY
-from mtpimage.publish import release
-from mtpimage.publish.imageref import Registry
+from mtpimage.publish.registryclient import RegistryClient
 from mtpimage.settings import local_image
 
 Say = Callable[[str], None]
@@ -39,15 +47,6 @@ def group(rendered: list[Rendered]) -> dict[str, list[Rendered]]:
 
 def build_stack(rendered: Rendered, options, registry: Registry | None, say: Say) -> str:
     """BuildKit build of the stack with its cache inside the image; the untagged image id."""
-    from mtpimage.assembly.buildctx import build_context
-    from mtpimage.assembly.pipeline import (
-        base_platform,
-        base_preflight,
-        extension_labels,
-        extension_wheels,
-        index_preflight,
-    )
-
     plan, eng = rendered.plan, options.engine
     mirrors = options.mirrors_for(plan)
     base_preflight(plan, eng, mirrors)
@@ -74,8 +73,6 @@ def run(rendered: list[Rendered], options, registry: Registry | None, say: Say =
     """Each distinct stack of `rendered` once: up to date in the registry, or built (and pushed)."""
     client = None
     if registry is not None:
-        from mtpimage.publish.registryclient import RegistryClient
-
         client = RegistryClient(registry)
     results = []
     for tag, members in group(rendered).items():

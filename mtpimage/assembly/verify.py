@@ -28,9 +28,9 @@ from mtpimage.assembly.render import render
 from mtpimage.assembly.versionvector import LABEL_NS
 from mtpimage.engine import ocilayout
 from mtpimage.errors import EXIT_RULES, BuilderError, DecodeProblem, EnvironmentProblem, InputError
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.plan.model import Plan
 from mtpimage.publish import digests
-from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 
 Say = Callable[[str], None]

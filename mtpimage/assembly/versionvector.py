@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from mtpimage import __version__, children
+from mtpimage import __version__, children, settings
+from mtpimage.locations import CHECKOUT
 from mtpimage.lock.probetable import component_of, probe_specs
 from mtpimage.manifests import modes
 from mtpimage.manifests.modes import verl_facts
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
+from mtpimage.publish.baseplatform import BUILD_PLATFORM, UNRECORDED
 
 if TYPE_CHECKING:  # annotations only: who reads VECTOR_PATH or LABEL_NS need not load the renderer
     from mtpimage.assembly.recipe import Recipe
@@ -28,8 +31,6 @@ LABEL_NS = "io.mtp-image-builder"
 def probes_for(plan: Plan) -> list[str]:
     """Source probes to repeat on the installed stack: ids of mtpimage/data/probes.yaml, whose
     entries the version vector carries to images/checks/run_checks.py."""
-    from mtpimage.plan import rules
-
     f = rules.facts()
     out = []
     rc = plan.recompute or {}
@@ -77,8 +78,6 @@ def base_platform(plan: Plan) -> dict:
     what the base digest names (an index or a single-platform image) and that platform's
     manifest digest; `unrecorded` and null where the lock has no record (made where the
     registry did not answer, or a substituted base)."""
-    from mtpimage.publish.baseplatform import BUILD_PLATFORM, UNRECORDED
-
     bp = plan.base_platform
     if bp is None:
         return {"platform": BUILD_PLATFORM, "manifest": UNRECORDED, "digest": None}
@@ -171,8 +170,6 @@ def _git(*args: str) -> str | None:
     repository around site-packages is someone else's project, not this one)."""
     import subprocess
 
-    from mtpimage.locations import CHECKOUT
-
     if CHECKOUT is None:
         return None
     try:
@@ -186,8 +183,6 @@ def project_url() -> str | None:
     """Where this project (the image's definition) lives: MTP_PROJECT_URL, else GitHub Actions'
     repository, else an https `origin` remote; None when none is known (no label then)."""
     import os
-
-    from mtpimage import settings
 
     if settings.current().project_url:
         return settings.current().project_url

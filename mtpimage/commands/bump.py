@@ -25,10 +25,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from mtpimage.commands.load import load, load_for
+from mtpimage.commands.lock import refused
 from mtpimage.errors import BuilderError, InputError
-from mtpimage.lock import locker
+from mtpimage.lock import locker, lockfile, resolver
 from mtpimage.outputs import bumpreport
-from mtpimage.plan.load import load, load_for
 
 
 def register(subparsers, add_common) -> None:
@@ -62,8 +63,6 @@ def register(subparsers, add_common) -> None:
 
 
 def cmd_bump(args) -> int:
-    from mtpimage.commands.lock import refused
-
     if getattr(args, "sets", None):
         raise InputError("--set", ",".join(args.sets), "bump edits manifests/ itself", "leave --set out")
     dry = bool(getattr(args, "dry_run", False))
@@ -128,8 +127,6 @@ def latest_release(m, name: str, exclude_newer: str | None) -> str:
         parse_wheel_filename,
     )
     from packaging.version import Version
-
-    from mtpimage.lock import lockfile, resolver
 
     c = m.catalogue.data["components"][name]
     url = m.catalogue.data["indexes"][c.get("index", "pypi")]

@@ -19,10 +19,17 @@ import json
 import sys
 from pathlib import Path
 
-from mtpimage import invocation
+from mtpimage import engine, invocation, settings
+from mtpimage.assembly.render import render
+from mtpimage.commands.image import add_engine, add_registry_mirror, build_options_from_args
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.errors import EXIT_RULES, InputError
+from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
 from mtpimage.outputs import vectordiff, workflow
+from mtpimage.plan.model import IMAGE_REPOSITORY
+from mtpimage.publish import sbomattach
+from mtpimage.publish.registryclient import RegistryClient
 
 
 def register(subparsers, add_common) -> None:
@@ -135,8 +142,6 @@ def cmd_ci(args) -> int:
 
 # -- diff ------------------------------------------------------------------------------------
 def _side(m, ref: str, sets, args=None) -> vectordiff.Side:
-    from mtpimage.plan.load import plan_for, substitutions_of
-
     if ref in m.profiles:
         return vectordiff.side_from_plan(plan_for(m, ref, sets, **substitutions_of(args)))
     if sets:
@@ -150,8 +155,6 @@ def _side(m, ref: str, sets, args=None) -> vectordiff.Side:
     if ref.endswith(".json") and path.is_file():
         return vectordiff.side_from_file(path)
     if vectordiff.looks_like_image(ref):
-        from mtpimage import engine
-
         vector = vectordiff.vector_from_image(ref, engine.named())  # read, not built: MTP_ENGINE's
         return vectordiff.side_from_vector(ref, vector, kind="image", image=ref)
     raise InputError(
@@ -208,7 +211,6 @@ def _register_jobs(subparsers, add_common) -> None:
     ):
         p.add_argument(flag, type=kind, help=text)
     p.add_argument("--cache-from", action="append", metavar="SPEC", help="another BuildKit cache source")
-    from mtpimage.commands.image import add_engine, add_registry_mirror
 
     add_engine(p)
     add_registry_mirror(p)
@@ -241,16 +243,12 @@ def _register_jobs(subparsers, add_common) -> None:
 
 
 def _registry(value: str, flag: str = "--registry"):
-    from mtpimage.publish.imageref import Registry
-
     return Registry.parse(value)
 
 
 def cmd_stack(args) -> int:
+    # deferred: import cost: loaded only when `stack` runs, not to build the parser
     from mtpimage.assembly import stack, stackjob
-    from mtpimage.assembly.render import render
-    from mtpimage.commands.image import build_options_from_args
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     if args.push and not args.registry:
         raise InputError(
@@ -284,7 +282,7 @@ def _say(msg: str) -> None:
 
 
 def cmd_disk(args) -> int:
-    from mtpimage import settings
+    # deferred: import cost: loaded only when `disk` runs, not to build the parser
     from mtpimage.assembly import diskcheck
 
     paths = args.paths or [diskcheck.DOCKER_ROOT, settings.current().cache_root]
@@ -295,12 +293,6 @@ def cmd_disk(args) -> int:
 def cmd_published(args) -> int:
     """KEY=VALUE lines for $GITHUB_OUTPUT: `name` (REG/mtp-verl), `digest` of the profile's
     content tag (pushed only after its checks passed) and `sbom` (its SBOM artifact, REF@DIGEST)."""
-    from mtpimage.assembly.render import render
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
-    from mtpimage.plan.model import IMAGE_REPOSITORY
-    from mtpimage.publish import sbomattach
-    from mtpimage.publish.registryclient import RegistryClient
-
     m = load_for(args)
     rendered = render(
         plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args)), m.root

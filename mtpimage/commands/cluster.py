@@ -8,6 +8,8 @@ an outputs.multinode.Layout. Parsing only; the job itself is outputs/jobscripts.
 
 from __future__ import annotations
 
+from mtpimage import settings
+from mtpimage.errors import InputError
 from mtpimage.outputs.multinode import Layout
 
 
@@ -53,9 +55,6 @@ def add_options(p) -> None:
 
 def signed_by_of(args) -> str | None:
     """OWNER/REPO from --signed-by or MTP_SIGNED_BY; None when neither is given."""
-    from mtpimage import settings
-    from mtpimage.errors import InputError
-
     given = getattr(args, "signed_by", None) or settings.current().get("MTP_SIGNED_BY")
     if not given:
         return None

@@ -22,6 +22,7 @@ def _warn(msg: str) -> None:
 
 
 def cmd_demo(args) -> int:
+    # deferred: import cost: loaded only when `demo` runs, not to build the parser
     from mtpimage.demo import run
 
     for flag, value in (("--manifests", args.manifests), ("--set", args.sets)):
@@ -46,6 +47,7 @@ def cmd_demo(args) -> int:
 
 
 def register(subparsers, add_common) -> None:
+    # deferred: import cost: loaded only when `demo` runs, not to build the parser
     from mtpimage.demo.testbase import DEFAULT_BASE_IMAGE
 
     p = subparsers.add_parser(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtpimage import engine
+from mtpimage.assembly.render import render
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
+
 
 def cmd_export(args) -> int:
-    from mtpimage import engine
-    from mtpimage.assembly.render import render
+    # deferred: import cost: loaded only when `export` runs, not to build the parser
     from mtpimage.outputs.enroot import export_enroot
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))

@@ -15,10 +15,16 @@ import json
 import sys
 from pathlib import Path
 
+from mtpimage import engine
+from mtpimage.assembly import pipeline
+from mtpimage.assembly.buildctx import write_context
 from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, run_tests
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.engine import ENGINES
-from mtpimage.plan.load import load_for, plan_for, substitutions_of
+from mtpimage.engine.containerengine import SECRET_LIMITS
+from mtpimage.manifests import inputfile
+from mtpimage.mirrors import Mirrors
 
 
 def _say(msg: str) -> None:
@@ -59,9 +65,6 @@ def check_secret_files(args) -> None:
     """--ca-bundle and --netrc are regular files within their limits, checked when the command
     line is read: before anything else runs, so a wrong path is said even when the image is
     already up to date and no build would have read it (issue #46)."""
-    from mtpimage.engine.containerengine import SECRET_LIMITS
-    from mtpimage.manifests import inputfile
-
     for flag in ("ca_bundle", "netrc"):
         path = getattr(args, flag, None)
         if path is not None:
@@ -72,9 +75,6 @@ def check_secret_files(args) -> None:
 def build_options_from_args(args) -> BuildOptions:
     """The command's build options, its engine picked here by name (--engine, else
     MTP_ENGINE, else docker) and passed on in them."""
-    from mtpimage import engine
-    from mtpimage.mirrors import Mirrors
-
     check_secret_files(args)
     return BuildOptions(
         engine=engine.named(getattr(args, "engine", None)),
@@ -98,14 +98,12 @@ def cmd_render(args) -> int:
     count = len(rendered.write(out))
     with_sources = getattr(args, "with_sources", False)
     if with_sources:
-        from mtpimage.assembly.buildctx import write_context
-        from mtpimage.assembly.pipeline import extension_wheels
 
         def say(msg: str) -> None:  # stderr: --json keeps stdout one JSON document
             print(msg, file=sys.stderr, flush=True)
 
         # compiled extensions come as a build gets them: the wheel cache, its share, or built
-        wheels = extension_wheels(plan, rendered, build_options_from_args(args), say)
+        wheels = pipeline.extension_wheels(plan, rendered, build_options_from_args(args), say)
         count = write_context(rendered, out, progress=say, wheels=wheels)
     incomplete = not with_sources and any(c.source == "git" or c.patches for c in plan.components)
     if getattr(args, "json", False):

@@ -35,10 +35,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mtpimage.commands.image import add_registry_mirror
+from mtpimage.commands.load import load, load_for
 from mtpimage.errors import EXIT_ENV, EXIT_RULES, InputError
+from mtpimage.lock import lockfile
 from mtpimage.lock.locker import exclusive, lock
 from mtpimage.mirrors import Mirrors
-from mtpimage.plan.load import load, load_for
 
 __all__ = ["register", "cmd_lock"]
 
@@ -77,7 +79,6 @@ def register(subparsers, add_common) -> None:
         action="store_true",
         help="fail (exit 3, nothing written) when anything could not be verified",
     )
-    from mtpimage.commands.image import add_registry_mirror
 
     add_registry_mirror(p)  # the base's platform manifest is read where builds pull it
     p.set_defaults(func=cmd_lock)
@@ -136,7 +137,6 @@ def refused(out, root) -> int:
     resolved versions before them: a set that does not resolve would "remove" every package)."""
     for line in out.failures:
         print(f"error: {line}", file=sys.stderr)
-    from mtpimage.lock import lockfile
 
     files = (
         f"{lockfile.shown(root, 'components.yaml')} and lock.yaml" if out.moves else lockfile.shown(root)

@@ -20,7 +20,7 @@ from pathlib import Path
 from mtpimage.assembly.pipeline import MainJob
 from mtpimage.commands.image import add_build_arguments, build_options_from_args
 from mtpimage.errors import InputError
-from mtpimage.publish.imageref import Registry
+from mtpimage.imageref import Registry
 from mtpimage.settings import DEFAULT_PROFILE
 
 

@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 
 from mtpimage import invocation
+from mtpimage.assembly.render import render
+from mtpimage.assembly.sbom import document, dumps, known_wheels
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 
 
 def cmd_sbom(args) -> int:
-    from mtpimage.assembly.render import render
-    from mtpimage.outputs.sbom import document, dumps, known_wheels
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
-
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
     rendered = render(plan, m.root)

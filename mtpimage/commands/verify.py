@@ -13,15 +13,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from mtpimage.commands.image import add_registry_mirror, build_options_from_args
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
+
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
 def cmd_verify(args) -> int:
+    # deferred: import cost: loaded only when `verify` runs, not to build the parser
     from mtpimage.assembly import verify
-    from mtpimage.commands.image import build_options_from_args
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
@@ -43,8 +45,6 @@ def cmd_verify(args) -> int:
 
 
 def register(subparsers, add_common) -> None:
-    from mtpimage.commands.image import add_registry_mirror
-
     p = subparsers.add_parser(
         "verify",
         help="rebuild a published image's plan on a clean builder and compare it layer by layer",

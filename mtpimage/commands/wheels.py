@@ -22,14 +22,22 @@ import re
 import sys
 from pathlib import Path
 
+from mtpimage.assembly.pipeline import BuildOptions, extension_builder
+from mtpimage.commands.image import add_registry_mirror
+from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.errors import EXIT_ENV, EXIT_INPUT, InputError
+from mtpimage.ext import wheelpins
+from mtpimage.ext.wheelcache import KEY_RE, WheelCache
+from mtpimage.ext.wheelshare import pull, push, repository_for
+from mtpimage.imageref import ImageRef, Registry
+from mtpimage.locations import DEFAULT_MANIFESTS
+from mtpimage.mirrors import Mirrors
+from mtpimage.publish.registryclient import RegistryClient
 
 KEY_WIDTH = 12  # what `list` prints of a key; `resolve` accepts it back
 
 
 def register(subparsers, add_common) -> None:
-    from mtpimage.commands.image import add_registry_mirror
-
     p = subparsers.add_parser(
         "wheels",
         help="the extension wheel cache: list, push to / pull from a registry, remove",
@@ -116,8 +124,6 @@ def _manifests_argument(sp, what: str) -> None:
 
 def _pins(args, default):
     """{key: Pin} of the manifests given (or `default`'s), {} when there are none."""
-    from mtpimage.ext import wheelpins
-
     return wheelpins.load(getattr(args, "manifests", None) or default)
 
 
@@ -151,9 +157,6 @@ def _row(entry) -> dict:
 
 
 def cmd_list(args) -> int:
-    from mtpimage.ext import wheelpins
-    from mtpimage.ext.wheelcache import WheelCache
-
     cache = WheelCache()
     good, bad = cache.scan(verify=args.verify)
     if args.verify:  # against the committed pins too, when the manifests are given
@@ -200,10 +203,6 @@ def cmd_list(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from mtpimage.ext.wheelcache import WheelCache
-    from mtpimage.ext.wheelshare import push, repository_for
-    from mtpimage.locations import DEFAULT_MANIFESTS
-
     repository = repository_for(args.registry)
     cache = WheelCache()
     pins = _pins(args, DEFAULT_MANIFESTS)
@@ -225,16 +224,11 @@ def cmd_push(args) -> int:
 
 def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[str, list[str] | None]:
     """A full key as given, or the one tag of the repository that starts with `prefix`."""
-    from mtpimage.ext.wheelcache import KEY_RE
-
     if KEY_RE.match(prefix):
         return prefix, tags
     if not re.fullmatch(r"[0-9a-f]{8,63}", prefix):
         raise InputError("wheel key", prefix, "expected a key or 8+ hex digits of one", "see `wheels list`")
     if tags is None:
-        from mtpimage.publish.imageref import ImageRef, Registry
-        from mtpimage.publish.registryclient import RegistryClient
-
         ref = ImageRef.parse(repository)
         tags = RegistryClient(Registry(ref.host, "")).tags(ref.path)
     matches = [t for t in tags if KEY_RE.match(t) and t.startswith(prefix)]
@@ -249,11 +243,6 @@ def _remote_key(prefix: str, repository: str, tags: list[str] | None) -> tuple[s
 
 
 def cmd_pull(args) -> int:
-    from mtpimage.ext import wheelpins
-    from mtpimage.ext.wheelcache import WheelCache
-    from mtpimage.ext.wheelshare import pull, repository_for
-    from mtpimage.locations import DEFAULT_MANIFESTS
-
     repository = repository_for(args.registry)
     cache = WheelCache()
     pins = _pins(args, DEFAULT_MANIFESTS)
@@ -286,8 +275,6 @@ def cmd_pull(args) -> int:
 
 
 def cmd_remove(args) -> int:
-    from mtpimage.ext.wheelcache import WheelCache
-
     cache = WheelCache()
     for key in [cache.resolve(k) for k in args.keys]:
         cache.remove(key)
@@ -296,8 +283,8 @@ def cmd_remove(args) -> int:
 
 
 def cmd_add(args) -> int:
-    from mtpimage.ext.sitewheel import add
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    # deferred: import cost: loaded only when `wheels add` runs, not to build the parser
+    from mtpimage.assembly.sitewheel import add
 
     m = load_for(args)
     # the same plan a build of this profile makes (substitutions included): the same key
@@ -316,9 +303,8 @@ def cmd_add(args) -> int:
 
 
 def cmd_pin(args) -> int:
-    from mtpimage.ext import wheelcheck
-    from mtpimage.ext.wheelcache import WheelCache
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    # deferred: import cost: loaded only when `wheels pin` runs, not to build the parser
+    from mtpimage.assembly import wheelcheck
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
@@ -332,11 +318,8 @@ def cmd_pin(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from mtpimage.assembly.pipeline import BuildOptions, extension_builder
-    from mtpimage.ext import extbuild, wheelcheck
-    from mtpimage.ext.wheelcache import WheelCache
-    from mtpimage.mirrors import Mirrors
-    from mtpimage.plan.load import load_for, plan_for, substitutions_of
+    # deferred: import cost: loaded only when `wheels verify` runs, not to build the parser
+    from mtpimage.assembly import extbuild, wheelcheck
 
     m = load_for(args)
     subs = substitutions_of(args)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mtpimage import engine
 from mtpimage.engine import BuildRequest
 from mtpimage.errors import EnvironmentProblem
-from mtpimage.publish.imageref import Registry
+from mtpimage.imageref import Registry
 from mtpimage.publish.registryclient import RegistryClient
 
 DEFAULT_BASE_IMAGE = "mtp-test-base:bookworm"  # scripts/setup-test-host.sh makes it

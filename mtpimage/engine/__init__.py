@@ -21,6 +21,8 @@ so what a function builds with is in its signature.
 
 from __future__ import annotations
 
+from mtpimage import settings
+from mtpimage.engine.buildahengine import BuildahEngine
 from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, imported from here by its users
     BuildFailed,
     BuildRequest,
@@ -31,15 +33,14 @@ from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, 
     StartFailed,
     registry_host,
 )
+from mtpimage.engine.dockerengine import DockerEngine
+from mtpimage.errors import InputError
 
 ENGINES = ("docker", "buildah")
 
 
 def name(flag: str | None = None) -> str:
     """The engine's name: `flag` (a command's --engine), else MTP_ENGINE, else docker."""
-    from mtpimage import settings
-    from mtpimage.errors import InputError
-
     chosen = flag or settings.current().engine
     if chosen not in ENGINES:
         raise InputError("MTP_ENGINE", chosen, "unknown engine", f"use one of: {', '.join(ENGINES)}")
@@ -50,16 +51,11 @@ def named(flag: str | None = None) -> ContainerEngine:
     """The engine called name(flag). Each module is imported only when chosen: a docker run
     never loads buildah's."""
     if name(flag) == "buildah":
-        from mtpimage.engine.buildahengine import BuildahEngine
-
         return BuildahEngine()
-    from mtpimage.engine.dockerengine import DockerEngine
 
     return DockerEngine()
 
 
 def reproducible() -> ContainerEngine:
     """The engine that builds bit for bit (verify's clean rebuild), whatever builds otherwise."""
-    from mtpimage.engine.buildahengine import BuildahEngine
-
     return BuildahEngine()

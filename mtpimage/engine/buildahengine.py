@@ -48,8 +48,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.assembly import buildlog
-from mtpimage.engine import ocilayout
+from mtpimage.engine import buildlog, ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -65,6 +64,8 @@ from mtpimage.engine.containerengine import (
 )
 from mtpimage.engine.dockerengine import DockerEngine, candidates
 from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.imageref import ImageRef, Registry, is_loopback
+from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable, answers
 
 # What makes a build reproducible; docs/reproducible-builds-and-verify.md explains each.
 BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
@@ -184,9 +185,6 @@ def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
     """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
     registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
     setting)."""
-    from mtpimage.publish.imageref import is_loopback
-    from mtpimage.publish.registryclient import RegistryUnreachable, answers
-
     host = ref.split("/", 1)[0]
     tls = "--tls-verify=false" if is_loopback(host) else "--tls-verify=true"
     proc = store.run("pull", "--quiet", tls, ref)
@@ -375,9 +373,6 @@ class BuildahEngine(ContainerEngine):
     def push(self, ref: str) -> None:
         """Upload the layout's blobs and manifest as they are: the registry's digest is the
         layout's, whatever compressor or blob cache another tool would have used."""
-        from mtpimage.publish.imageref import ImageRef, Registry
-        from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable
-
         found = self.docker.image_id(ref)
         if found is None or not self.layout_of(found).is_dir():
             raise PushFailed(

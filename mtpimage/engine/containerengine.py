@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from mtpimage import invocation
+from mtpimage import invocation, janitor
 from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
-from mtpimage.mirrors import INDEX_SECRET, REGISTRY_SETTING, BuildMirrors, RegistryMirror
+from mtpimage.imageref import ImageRef
+from mtpimage.manifests import inputfile
+from mtpimage.mirrors import INDEX_SECRET, BuildMirrors, MirroredBase
 
 
 class BuildFailed(BuilderError):
@@ -238,8 +240,6 @@ class ContainerEngine(ABC):
 def registry_host(ref: str) -> str | None:
     """The registry a reference names explicitly (`host[:port]/...`), or None for a bare name
     (which docker would look up on docker.io)."""
-    from mtpimage.publish.imageref import ImageRef
-
     try:
         parsed = ImageRef.parse(ref)
     except InputError:
@@ -261,13 +261,10 @@ def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
     """{secret id: file} for one build: the request's CA bundle and netrc (checked to exist),
     the mirrors' index table, empty files for the rest; the written ones are removed after
     the build (mode 0600: the table may hold a mirror's token)."""
-    from mtpimage.manifests import inputfile
-
     given = {"ca-bundle": req.ca_bundle, "netrc": req.netrc}
     for sid, path in given.items():
         if path is not None:  # a device or FIFO handed to the build would hang or fill it
             inputfile.check(Path(path), SECRET_LIMITS[f"--{sid}"], f"--{sid}'s file", f"--{sid} {path}")
-    from mtpimage import janitor
 
     with tempfile.TemporaryDirectory(prefix="mtp-secrets-") as tmp:
         janitor.guard(Path(tmp))  # removed at once should the tool be killed (a token may be in it)
@@ -313,22 +310,6 @@ def base_images(dockerfile: str) -> list[str]:
         if name:
             stages.add(name)
     return bases
-
-
-@dataclass(frozen=True)
-class MirroredBase:
-    ref: str  # as the rendered Dockerfile names it
-    mirror_ref: str  # what the build pulls and starts FROM: the mirror's, by digest
-    mirror: RegistryMirror
-
-    def failed(self, why: str) -> EnvironmentProblem:
-        """The one line for a base the mirror could not give."""
-        return EnvironmentProblem(
-            f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
-            f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
-            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
-            f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
-        )
 
 
 def mirrored_bases(dockerfile: str, mirrors: BuildMirrors) -> list[MirroredBase]:

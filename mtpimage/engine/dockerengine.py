@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.assembly import buildlog
+from mtpimage.engine import buildlog
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from mtpimage.gitfetch import cache_root
+
 _KEY = re.compile(r"^[A-Za-z0-9._-]{1,200}$")  # ccache's keys: hex digests and a layout prefix
 
 
 def default_root() -> Path:
-    from mtpimage.lock.sources import cache_root
-
     return cache_root() / "ccache"
 
 

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from packaging.utils import canonicalize_name as canonical
 
+from mtpimage.ext.wheelcache import cache_key
 from mtpimage.mirrors import INDEX_SECRET
 from mtpimage.plan.model import LockedRow, Package, Plan
 
@@ -230,8 +231,6 @@ def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
 
 
 def key_of(inputs: dict) -> str:
-    from mtpimage.ext.wheelcache import cache_key
-
     return cache_key(inputs)
 
 
@@ -239,41 +238,3 @@ def wheels_listing(entries: list[dict]) -> bytes:
     """build/ext-wheels/extensions.json: what the image's extensions layer installs and
     records (mtp_extension.py record)."""
     return (json.dumps({"extensions": entries}, indent=2, sort_keys=True) + "\n").encode()
-
-
-def verify_source(pkg: Package) -> tuple[bool | None, str]:
-    """Is the pinned source what upstream serves? An sdist: its index (PEP 503 page) lists
-    the file with this sha256. A git commit: the one git fetcher gets it by hash.
-    (True, detail), (False, what differs) or (None, why it could not be asked)."""
-    b = pkg.build
-    if b.source == "git":
-        from mtpimage.lock import sources
-
-        try:
-            sources.fetch(b.repo, b.commit)
-        except sources.GitError as exc:
-            return None, f"{b.repo} @ {b.commit[:12]}: not fetched ({exc.one_line()})"
-        return True, f"{b.repo} @ {b.commit[:12]} fetched"
-    import re
-
-    import requests
-
-    from mtpimage.lock.pydeps import ca_bundle, rewrite
-
-    filename = b.url.rsplit("/", 1)[-1]
-    project = re.sub(r"[-_.]+", "-", filename.rsplit("-", 1)[0]).lower()
-    page = rewrite(f"https://pypi.org/simple/{project}/")
-    try:
-        r = requests.get(page, timeout=20, verify=ca_bundle() or True)
-        r.raise_for_status()
-    except requests.RequestException as exc:
-        return None, f"{filename}: index page {page} not read ({str(exc).splitlines()[0][:120]})"
-    listed = re.findall(re.escape(filename) + r"#sha256=([0-9a-f]{64})", r.text)
-    if not listed:
-        return False, f"{filename} is not listed on {page} (fix: pin a file the index serves)"
-    if b.sha256 not in listed:
-        return False, (
-            f"{filename}: the index lists sha256 {listed[0]}, components.yaml pins {b.sha256} "
-            "(fix: find out why the file changed before pinning the new hash)"
-        )
-    return True, f"{filename} sha256 as listed on {page}"

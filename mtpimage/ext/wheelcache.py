@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.lock.sources import cache_root
+from mtpimage.gitfetch import cache_root
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 # PEP 427: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl; no separators, so a name

@@ -29,8 +29,8 @@ from mtpimage import netpolicy
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext.wheelcache import CachedWheel, WheelCache, cache_key, check_key, valid_filename
 from mtpimage.ext.wheelpins import Pin, PinMismatch
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.publish import digests
-from mtpimage.publish.imageref import ImageRef, Registry
 from mtpimage.publish.registryclient import RegistryClient
 from mtpimage.publish.registryclient import transient as _transient
 

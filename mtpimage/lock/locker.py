@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from mtpimage import gitfetch
 from mtpimage.errors import BuilderError, InputError
-from mtpimage.lock import lockfile, pydeps, sources, srcmeta, staging
-from mtpimage.lock.probes import PROBED_RULES, apply_check, probe_plan, source_root
+from mtpimage.lock import lockfile, pydeps, srcmeta, staging
+from mtpimage.lock.extsource import verify_source
+from mtpimage.lock.probes import PROBED_RULES, apply_check, patch_paths, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
 from mtpimage.lock.sources import SourceSet
 from mtpimage.manifests import manifest
@@ -156,13 +158,13 @@ def upgrade(
         ("packages", n, p["build"]["git"], ("packages", n, "build", "git")) for n, p in sorted(pkgs.items())
     ]
     for section, name, c, path in pins:
-        if to is not None and sources.SHA_RE.match(to):
+        if to is not None and gitfetch.SHA_RE.match(to):
             ref, new = c.get("ref"), to  # a commit: the ref stays (fetching it verifies it)
         else:
             ref = to if to is not None else c.get("ref")
-            if not ref or (to is None and sources.SHA_RE.match(ref)):
+            if not ref or (to is None and gitfetch.SHA_RE.match(ref)):
                 continue
-            new = sources.ls_remote(c["repo"], ref)
+            new = gitfetch.ls_remote(c["repo"], ref)
         if new == c.get("commit") and ref == c.get("ref"):
             continue
         what = ".".join(path)
@@ -215,7 +217,7 @@ def _source_version(c: dict, commit: str) -> str:
     """The version a git component's source builds at `commit` (its own metadata)."""
     from packaging.version import InvalidVersion, Version
 
-    tree = sources.fetch(c["repo"], commit).path
+    tree = gitfetch.fetch(c["repo"], commit).path
     if c.get("subdir") not in (None, "", "."):
         tree = tree / c["subdir"]
     try:
@@ -255,8 +257,6 @@ class Locker(PythonSets):
     def extension_source(self, p) -> dict:
         """A compiled extension's source pin, checked: the sdist's sha256 as its index lists
         it, or the git commit fetched. Unreachable is recorded; a mismatch is a failure."""
-        from mtpimage.ext.extensions import verify_source
-
         ok, detail = verify_source(p)
         if ok is None:
             self.unverified.append(f"{p.name}: source {detail}")
@@ -278,9 +278,9 @@ class Locker(PythonSets):
             self.unverified.append(f"{c.name}: {what}: {reason}")
         else:
             entry["verified"] = True
-            if c.source == "git" and sources.missing_paths(tree):
+            if c.source == "git" and gitfetch.missing_paths(tree):
                 # the commit is verified by hash; these files were absent from the mirror
-                entry["missing_from_mirror"] = sources.missing_paths(tree)
+                entry["missing_from_mirror"] = gitfetch.missing_paths(tree)
             if c.source == "pypi":
                 wheel = next(iter(sorted(tree.parent.glob("*.whl"))), None)
                 if wheel is not None:
@@ -291,7 +291,7 @@ class Locker(PythonSets):
         for p in c.patches:
             pe = lockfile.patch_pin(p)
             if p.repo:
-                pe["made_with"] = sources.diff_command(p.base, p.head, p.paths)
+                pe["made_with"] = gitfetch.diff_command(p.base, p.head, p.paths)
             try:
                 with patch_files(c.name, (p,), self.m.root, where) as [(path, _strip)]:
                     if tree is None:
@@ -322,8 +322,6 @@ class Locker(PythonSets):
     def _misfit(self, c, p, path: Path, tree: Path, err: str) -> str:
         """One line: the patch, the artifact it does not fit, the files it cannot find there
         (or git's/patch's reason), and the version it fitted when the previous lock checked it."""
-        from mtpimage.lock.probes import patch_paths
-
         artifact = f"{c.package} {c.version}" if c.source == "pypi" else f"{c.repo} @ {c.commit[:12]}"
         gone = [f for f in patch_paths(path, p.strip) if not (tree / f).exists()]
         why = f"{', '.join(gone)} not in it" if gone else err
@@ -362,7 +360,7 @@ def exclusive(manifests_root: Path, waiting: Callable[[str], None] = lambda _msg
     first run's lock.yaml."""
     root = Path(manifests_root).resolve()
     key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    d = sources.cache_root() / "locks"
+    d = gitfetch.cache_root() / "locks"
     d.mkdir(parents=True, exist_ok=True)
     fd = os.open(d / f"lock-{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -471,7 +469,7 @@ def lock(
         )
         _lock_profiles(m, plans, locker, entries)
         base = _base_entry(plans[0], previous, mirrors, locker)
-    except (sources.GitError, pydeps.IndexUnreachable, PatchUnavailable, BaseNotServed) as exc:
+    except (gitfetch.GitError, pydeps.IndexUnreachable, PatchUnavailable, BaseNotServed) as exc:
         raise BuilderError(f"lock failed, {_untouched(staged, m.root)}: {exc.one_line()}") from None
     except InputError as exc:
         if staged is None:

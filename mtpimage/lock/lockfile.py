@@ -24,7 +24,13 @@ import yaml
 
 from mtpimage import invocation
 from mtpimage.errors import InputError
+from mtpimage.ext.extensions import source_pin
+from mtpimage.locations import DEFAULT_MANIFESTS
+from mtpimage.lock import staging
+from mtpimage.manifests.yamlsource import error_line, error_text
 from mtpimage.plan.model import Component, LockedRow, Plan
+from mtpimage.plan.rules import FAIL, PASS, UNKNOWN, Verdict
+from mtpimage.publish.baseplatform import from_lock
 
 LOCK_SCHEMA = "mtp-image-builder/lock/v1"
 LOCK_NAME = "lock.yaml"
@@ -52,8 +58,6 @@ def shown(manifests_root: Path, name: str = LOCK_NAME) -> str:
 def relock_command(manifests_root: Path) -> str:
     """The `lock` command line that locks these manifests again (`--manifests DIR` where they
     are not the default ones, so the fix a message gives locks the right directory)."""
-    from mtpimage.locations import DEFAULT_MANIFESTS
-
     root = Path(manifests_root)
     if root.absolute().resolve() == Path(DEFAULT_MANIFESTS).absolute().resolve():
         return f"{invocation.command()} lock"
@@ -104,8 +108,6 @@ def package_pin(p) -> dict:
     if p.extras:
         d["extras"] = list(p.extras)
     if p.build is not None:
-        from mtpimage.ext.extensions import source_pin
-
         d["build"] = {
             "source": source_pin(p),
             "env": dict(p.build.env),
@@ -240,8 +242,6 @@ def dumps(doc: dict) -> str:
 def write(path: Path, doc: dict) -> bool:
     """Atomically write (staging.commit: aside, fsync, rename); False when the file already
     had exactly these bytes."""
-    from mtpimage.lock import staging
-
     return bool(staging.commit({Path(path): dumps(doc)}))
 
 
@@ -249,7 +249,6 @@ def read(path: Path) -> dict | None:
     path = Path(path)
     if not path.is_file():
         return None
-    from mtpimage.manifests.yamlsource import error_line, error_text
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -468,8 +467,6 @@ def locked_probes(manifests, plan: Plan) -> dict:
     """The source-probe verdicts lock.yaml recorded for this profile, as rules.Verdicts, when
     the lock matches the plan (else {}): what `lock` decided from the real sources counts in
     `check` and `--dry-run`, so a new commit the known lists do not name is not UNKNOWN there."""
-    from mtpimage.plan.rules import Verdict
-
     lock = read(lock_path(Path(manifests.root)))
     if lock is None:
         return {}
@@ -496,8 +493,6 @@ def locked_probes(manifests, plan: Plan) -> dict:
 def _locked_patches(plan: Plan, lock: dict, where: str):
     """patches-apply as `lock` decided it: each patch applied to the pinned artifact (its
     `applies` and `checked_with` in components.*.patches). None when nothing is patched."""
-    from mtpimage.plan.rules import FAIL, PASS, UNKNOWN, Verdict
-
     lines, status = [], PASS
     for c in plan.components:
         if not c.patches:
@@ -533,8 +528,6 @@ _READ = object()  # locked_requirements' default: read lock.yaml itself
 def locked_base_platform(lock: dict | None, plan: Plan):
     """lock.yaml's platform manifest record of the plan's base (a BasePlatform), or None when
     the lock has none or was made for another base (name, tag or digest)."""
-    from mtpimage.publish.baseplatform import from_lock
-
     base = (lock or {}).get("base_image") or {}
     if {k: base.get(k) for k in ("name", "tag", "digest")} != base_pin(plan):
         return None

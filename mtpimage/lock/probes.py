@@ -1,6 +1,6 @@
 """Source probes: decide rules from the pinned sources' code (Python `ast`, never import).
 
-`probe_plan(plan)` fetches what each applicable rule needs (sources.py cache) and returns
+`probe_plan(plan)` fetches what each applicable rule needs (gitfetch.py cache) and returns
 {rule_id: Verdict}; rules.evaluate() lets these verdicts override the known-commit lists.
 A rule that does not apply to the plan (its predicate says n/a) is not probed.
 
@@ -18,10 +18,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mtpimage import children
-from mtpimage.lock import sources
+from mtpimage import children, gitfetch
+from mtpimage.lock import lockfile, srcmeta
 from mtpimage.lock.probetable import component_of, probe_specs, source_probe_specs
 from mtpimage.lock.sources import SourceSet
+from mtpimage.manifests import manifest
+from mtpimage.manifests import patches as patches_mod
+from mtpimage.manifests.manifest import DEFAULT_MANIFESTS
+from mtpimage.manifests.patches import PatchUnavailable
+from mtpimage.manifests.patches import as_files as patch_files
 from mtpimage.plan import mtponly
 from mtpimage.plan import rules as rules_mod
 from mtpimage.plan.model import Component, Plan
@@ -219,8 +224,6 @@ def sglang_fix(tree: Path, how: str = "source probe") -> Verdict:
 def mtp_cp(tree: Path, f: dict) -> Verdict:
     """MTP with context parallelism: the megatron-core version the source itself builds."""
     from packaging.version import InvalidVersion, Version
-
-    from mtpimage.lock import srcmeta
 
     try:
         v = Version(srcmeta.read(tree).version)
@@ -440,7 +443,7 @@ def apply_check(c: Component, tree: Path, patch: Path, strip: int) -> tuple[bool
     component's fetched source: `git apply --check` at a git source's repository root, `patch
     --dry-run` on a PyPI component's unpacked wheel. `lock` and `check --probe-sources` both ask this."""
     if c.source == "git":
-        ok, err = sources.apply_check(source_root(tree, c), patch, strip)
+        ok, err = gitfetch.apply_check(source_root(tree, c), patch, strip)
         return ok, err, f"git apply --check -p{strip} at the repository root"
     ok, err = patch_dry_run(tree, patch, strip)
     return ok, err, f"patch --dry-run -p{strip} on the {c.package} {c.version} wheel"
@@ -449,9 +452,6 @@ def apply_check(c: Component, tree: Path, patch: Path, strip: int) -> tuple[bool
 def patches_probe(plan: Plan, manifests_root: Path, ss: SourceSet) -> Verdict | None:
     """patches-apply decided by applying every patch to its component's pinned source (None
     when no component is patched)."""
-    from mtpimage.manifests.patches import PatchUnavailable
-    from mtpimage.manifests.patches import as_files as patch_files
-
     patched = [c for c in plan.components if c.patches]
     if not patched:
         return None
@@ -522,7 +522,6 @@ def _probe_sglang(plan: Plan, comp: Component, ss: SourceSet, root: Path | None)
         return Verdict(UNKNOWN, f"sglang sources not probed: {reason}")
     if not comp.patches:
         return sglang_fix(tree)
-    from mtpimage.manifests import patches as patches_mod
 
     if comp.source == "git" and comp.subdir not in ("", "."):
         tree = tree.parents[len(Path(comp.subdir).parts) - 1]  # patches apply at the repository root
@@ -562,8 +561,6 @@ def probe_plan(
     plan: Plan, manifests_root: Path | None = None, source_set: SourceSet | None = None
 ) -> dict[str, Verdict]:
     """Probe the pinned sources of `plan` for every source rule that applies to it."""
-    from mtpimage.manifests.manifest import DEFAULT_MANIFESTS
-
     root = Path(manifests_root or DEFAULT_MANIFESTS)
     ss = source_set or SourceSet(dict(plan.indexes))
     ss.indexes = ss.indexes or dict(plan.indexes)
@@ -650,10 +647,7 @@ def evaluate_plans(plans: list[Plan], manifests_root: Path, probe_sources: bool)
     `check` reports. With probe_sources the rules that read code are decided from each pinned
     source; one source that cannot be fetched does not stop the others from being probed (its
     rules are UNKNOWN with the reason), and a failed (repository, commit) is not fetched twice."""
-    from mtpimage.lock import lockfile
-    from mtpimage.manifests import manifest
-
-    fetch = sources.remembering_fetch() if probe_sources else None
+    fetch = gitfetch.remembering_fetch() if probe_sources else None
     f = rules_mod.facts_for(manifests_root)
     out = []
     m = None if probe_sources else manifest.load(manifests_root, keep_going=True)

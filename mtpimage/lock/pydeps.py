@@ -22,7 +22,10 @@ import zipfile
 from pathlib import Path
 
 from mtpimage import children, mirrors, netpolicy, settings
+from mtpimage.engine.containerengine import SECRET_LIMITS
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.manifests import inputfile
+from mtpimage.publish.registryclient import network_reason
 
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
 # manylinux_2_28 alone is not enough: sglang 0.5.12's wheels are manylinux_2_34. pip 23
@@ -55,9 +58,6 @@ def rewrite(url: str) -> str:
 def ca_bundle() -> str | None:
     """The CA bundle the index requests use, checked to be a regular file of a CA bundle's
     size (inputfile.py: a device or FIFO named there is refused in one line, not read)."""
-    from mtpimage.engine.containerengine import SECRET_LIMITS
-    from mtpimage.manifests import inputfile
-
     named = [("MTP_CA_BUNDLE", settings.current().ca_bundle)]
     named += [(var, os.environ.get(var)) for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")]
     for var, path in named:
@@ -117,8 +117,6 @@ def probe_index(url: str, project: str) -> str | None:
     except _Transient as exc:
         return f"{target}: {exc}"
     except requests.exceptions.SSLError as exc:
-        from mtpimage.publish.registryclient import network_reason
-
         return f"{target}: {network_reason(exc)}"  # `TLS failed (certificate verify failed)`
     except requests.RequestException as exc:
         text = str(exc)

@@ -8,7 +8,9 @@ import time
 from dataclasses import dataclass, field
 
 from mtpimage.errors import BuilderError, InputError
+from mtpimage.ext.extensions import source_pin
 from mtpimage.lock import lockfile, pydeps, resolver, srcmeta
+from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
 
@@ -216,8 +218,6 @@ class PythonSets:
         """CUDA toolkit wheels of another minor than the base's (nvidia-cuda-nvcc 13.2 on a CUDA
         13.0 stack) fail the lock, unless a resolution override names the package (declared)."""
         from packaging.utils import canonicalize_name
-
-        from mtpimage.plan import rules
 
         versioned = {canonicalize_name(n) for n in rules.facts().get("cuda_toolkit_versioned") or ()}
         declared = {canonicalize_name(_req_name(r)) for r, _w, _l in plan.resolution_overrides}
@@ -506,7 +506,5 @@ class _Named:
 
 def _built(plan: Plan, name: str) -> dict | None:
     """The source pin of a package the tool compiles (lock.yaml records it, not a file)."""
-    from mtpimage.ext.extensions import source_pin
-
     p = plan.package(name)
     return source_pin(p) if p is not None and p.build is not None else None

@@ -35,8 +35,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from mtpimage import children, netpolicy, settings
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.gitfetch import cache_root
 from mtpimage.lock import pydeps
-from mtpimage.lock.sources import cache_root
 
 UV_PLATFORM = f"x86_64-manylinux_{pydeps.GLIBC[0]}_{pydeps.GLIBC[1]}"
 

@@ -16,6 +16,7 @@ from mtpimage import invocation
 from mtpimage.errors import InputError
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import schema
+from mtpimage.manifests.modes import get
 from mtpimage.manifests.yamlsource import SourceDoc, load_file, load_text
 
 GIT_ONLY_FIELDS = ("repo", "ref", "commit")
@@ -410,8 +411,6 @@ def _validate_entry(entry: dict, kind: str, loc: str, target: str) -> dict:
 def _check_mode_targets(data: dict, where_of) -> None:
     """A mode may run for some verl targets only (rollout: SFT has no rollout); the fact is
     verl.yaml's `modes.<mode>.targets`."""
-    from mtpimage.manifests.modes import get
-
     allowed = get(data["mode"]).targets
     extra = [t for t in data["targets"] if allowed is not None and t not in allowed]
     if extra:

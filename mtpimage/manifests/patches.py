@@ -3,7 +3,7 @@
 Two kinds, one model (the same fields, checks and records for wheels and git sources):
 
   by reference   repo + base + head (+ paths): the fix is the diff base..head that the tool
-                 makes itself from the two commits (sources.commit_diff: both fetched by the
+                 makes itself from the two commits (gitfetch.commit_diff: both fetched by the
                  one git fetcher, the diff made with fixed options so its bytes do not depend
                  on anyone's git configuration). No upstream code is carried in this project.
   local file     file: patches/... under manifests/, for a site's own fixes.
@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mtpimage import gitfetch
 from mtpimage.errors import EnvironmentProblem, InputError
 
 
@@ -86,11 +87,9 @@ def patch_bytes(comp: str, index: int, p: Any, manifests_root: Path | None, wher
     is PatchUnavailable naming the repository and the commit."""
     key = f"components.{comp}.patches[{index}]"
     if getattr(p, "repo", None):
-        from mtpimage.lock import sources
-
         try:
-            data, files = sources.commit_diff(p.repo, p.base, p.head, tuple(p.paths))
-        except sources.GitError as exc:
+            data, files = gitfetch.commit_diff(p.repo, p.base, p.head, tuple(p.paths))
+        except gitfetch.GitError as exc:
             raise PatchUnavailable(comp, index, p, exc) from None
         short = f"{short_repo(p.repo)} {p.base[:8]}..{p.head[:8]}"
         for i, path in enumerate(p.paths):
@@ -116,7 +115,7 @@ def patch_bytes(comp: str, index: int, p: Any, manifests_root: Path | None, wher
                 f"{key}.sha256",
                 f"the diff {short} ({len(files)} file{'s' if len(files) != 1 else ''}) has sha256 "
                 f"{digest}, the manifest pins {p.sha256}",
-                f"review it (`{sources.diff_command(p.base[:12], p.head[:12], tuple(p.paths))}` "
+                f"review it (`{gitfetch.diff_command(p.base[:12], p.head[:12], tuple(p.paths))}` "
                 f"in a clone of {p.repo}); if it is the fix you want, set sha256: {digest}",
             )
         return data

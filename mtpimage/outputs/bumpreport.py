@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mtpimage.lock import lockfile
+from mtpimage.manifests.patches import describe
 from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
@@ -139,8 +140,6 @@ def markdown(target: str, outcome, old_plans: list[Plan], status: str, override_
     if patches:
         lines += ["| component | patch | applies | checked with |", "|---|---|---|---|"]
         for name, p in patches:
-            from mtpimage.manifests.patches import describe
-
             verdict = {True: "yes", False: f"**no**: {p.get('error', '')}", None: "not checked"}[
                 p.get("applies")
             ]

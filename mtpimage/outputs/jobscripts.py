@@ -15,12 +15,15 @@ from pathlib import Path
 import jinja2
 
 from mtpimage import invocation
+from mtpimage.assembly import driver
+from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
-from mtpimage.outputs import driver, multinode, rayjob
+from mtpimage.imageref import ImageRef, Registry
+from mtpimage.outputs import multinode, rayjob
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
-from mtpimage.publish.imageref import ImageRef, Registry
+from mtpimage.publish.registryclient import RegistryClient
 
 FORMATS = ("slurm", "apptainer", "kuberay")
 _TEMPLATES = ("slurm.sh.j2", "apptainer.sh.j2", "multinode.sbatch.j2", "ray_node.sh.j2", "ray_wait.py.j2")
@@ -172,8 +175,6 @@ def published_job_script(
 ) -> str:
     """The job script, pinned to the digest of this plan's tested image in `registry`
     (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then)."""
-    from mtpimage.assembly.render import render
-
     if not registry:
         raise InputError(
             "--registry",
@@ -185,8 +186,6 @@ def published_job_script(
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise InputError("--digest", digest, "expected sha256:<64 hex>")
     if digest is None:
-        from mtpimage.publish.registryclient import RegistryClient
-
         identity = render(plan, manifests_root).identity
         digest = RegistryClient(reg).manifest_digest(IMAGE_REPOSITORY, identity)
         if digest is None:

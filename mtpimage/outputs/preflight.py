@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import shlex
 
+from mtpimage.assembly.driver import DRIVER_CHECK as DRIVER_CHECK_SCRIPT
 from mtpimage.assembly.imagetest import CHECKS
-from mtpimage.outputs.driver import DRIVER_CHECK as DRIVER_CHECK_SCRIPT
 
 LAUNCH_ENV_CHECK = f"python3 {CHECKS} --only launch-env"
 # what runs the rest of the preflight, with the environment the driver check settled on

@@ -11,9 +11,9 @@ import shlex
 
 import yaml
 
+from mtpimage.imageref import ImageRef
 from mtpimage.outputs import multinode
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish.imageref import ImageRef
 
 
 def _pod(image: ImageRef, layout: multinode.Layout, container: str, shm: str) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpimage.ext.extensions import origin
 from mtpimage.plan import rules
 from mtpimage.plan.model import Plan
 
@@ -166,7 +167,6 @@ def package_origin(p) -> str:
     (apex from git, flash-attn and the TE torch extension from sdists): never `[pypi]` for those."""
     if p.build is None:
         return p.index
-    from mtpimage.ext.extensions import origin
 
     kind = "git" if p.build.source == "git" else "sdist"
     ref = f" ({p.build.ref})" if kind == "git" and p.build.ref else ""

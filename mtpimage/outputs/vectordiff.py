@@ -28,6 +28,7 @@ from typing import Any
 
 from mtpimage import invocation
 from mtpimage.errors import InputError
+from mtpimage.manifests.patches import describe
 from mtpimage.plan.model import LockedRow
 
 PLAN_SCHEMA_PREFIX = "mtp-image-builder/plan/"
@@ -207,8 +208,6 @@ def _req_name(req: str) -> str:
 def _patch_id(patch: Any) -> str:
     """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...`, or the local file and sha256."""
     if isinstance(patch, dict):
-        from mtpimage.manifests.patches import describe
-
         return describe(patch)
     return str(patch)
 

@@ -25,9 +25,10 @@ import yaml
 
 from mtpimage import locations
 from mtpimage.errors import InputError
+from mtpimage.imageref import OWNER, ImageRef, Registry
 from mtpimage.manifests.manifest import Manifests, resolve_profile
+from mtpimage.outputs.signature import verify_commands
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
-from mtpimage.publish.imageref import OWNER, ImageRef, Registry
 
 REPO_ROOT = locations.PACKAGE.parent
 TEMPLATES = locations.PACKAGE / "templates" / "workflows"
@@ -275,8 +276,6 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
 def verify_summary(profile: str, image: str, repository: str) -> str:
     """Markdown for the sign job: how to check the signature and provenance of `image`
     (REG/mtp-verl@sha256:...) before pulling it."""
-    from mtpimage.outputs.signature import verify_commands
-
     lines = [f"### {profile}: signed", "", "Verify before pulling:", "", "```bash"]
     lines += [*verify_commands(image, repository), "```", ""]
     name, _, digest = image.partition("@")

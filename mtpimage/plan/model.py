@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from mtpimage.manifests import schema, sitefacts
 from mtpimage.manifests.manifest import Manifests, ResolvedProfile
 from mtpimage.manifests.modes import mode_overrides, verl_facts
+from mtpimage.manifests.patches import context_name, describe
 from mtpimage.plan import mtponly
 from mtpimage.plan.facts import tool_facts
 from mtpimage.settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
@@ -42,14 +43,10 @@ class Patch:
     @property
     def name(self) -> str:
         """Its file name in the build context."""
-        from mtpimage.manifests.patches import context_name
-
         return context_name(self)
 
     def describe(self) -> str:
         """`ArronHZG/sglang 47e9ec11..99433255 (3 files), sha256 ...` (or the local file)."""
-        from mtpimage.manifests.patches import describe
-
         return describe(self)
 
 

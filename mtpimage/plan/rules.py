@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
 from mtpimage import invocation
-from mtpimage.manifests import modes
+from mtpimage.manifests import modes, sitefacts
 from mtpimage.plan import mtponly
 from mtpimage.plan.facts import rules_data
 from mtpimage.plan.model import Plan
@@ -75,8 +75,6 @@ def facts() -> dict:
 
 def facts_for(manifests_root) -> dict:
     """The tool's facts with the site's (manifests/facts.yaml, sitefacts.py) merged in."""
-    from mtpimage.manifests import sitefacts
-
     return sitefacts.load(manifests_root, facts()).facts
 
 

@@ -20,10 +20,18 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mtpimage import netpolicy
 from mtpimage.errors import EnvironmentProblem, InputError
-from mtpimage.mirrors import BuildMirrors, RegistryMirror
+from mtpimage.imageref import ImageRef, Registry
+from mtpimage.mirrors import BuildMirrors, MirroredBase, RegistryMirror
 from mtpimage.plan.model import BasePlatform, Plan
-from mtpimage.publish.imageref import ImageRef, Registry
+from mtpimage.publish.registryclient import (
+    DigestMismatch,
+    RegistryClient,
+    RegistryHTTPError,
+    RegistryUnreachable,
+    transient,
+)
 
 # The platform every image is built for: the CPU the lock resolves wheels for (pydeps.PLATFORM,
 # manylinux x86_64), as OCI image indexes name it. Its one home: lock, check, the build and the
@@ -87,8 +95,6 @@ class _Where:
         """One line: through a mirror in the mirror's own words (the setting, its location, its
         fix, as the engine says a pull from it failed), else naming the registry."""
         if self.mirror is not None:
-            from mtpimage.engine.containerengine import MirroredBase
-
             return BaseNotServed(MirroredBase(self.image, str(self.ref), self.mirror).failed(why).args[0])
         return BaseNotServed(f"base image {self.image}: {self.source} {why} (fix: {fix})")
 
@@ -102,8 +108,6 @@ def _where(image: str, mirrors: BuildMirrors | None) -> _Where:
 
 
 def _client(host: str):
-    from mtpimage.publish.registryclient import RegistryClient
-
     return RegistryClient(Registry(host, ""))
 
 
@@ -119,7 +123,6 @@ def resolve(
     InputError when the base has no image for `platform`."""
     where = _where(image, mirrors)
     ref, digest = where.ref, where.ref.digest
-    from mtpimage.publish.registryclient import DigestMismatch
 
     client = (client_for or _client)(ref.host)
     try:
@@ -188,14 +191,10 @@ def _config_platform(client, where: _Where, config: str) -> str:
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc` means "the registry could not be asked" (the answer is unverified),
     not "it answered no"."""
-    from mtpimage.publish.registryclient import RegistryHTTPError, RegistryUnreachable
-
     return isinstance(exc, RegistryUnreachable | RegistryHTTPError)
 
 
 def reason(exc: BaseException) -> str:
-    from mtpimage.publish.registryclient import RegistryUnreachable
-
     if isinstance(exc, RegistryUnreachable):
         return f"cannot be reached: {exc.reason}"
     return " ".join(str(exc).split("(fix:")[0].split())
@@ -289,9 +288,6 @@ def lock_entry(image: str, previous: dict | None, mirrors: BuildMirrors | None =
     """(lock.yaml's platform fields for the base `image`, a line for the unverified list or
     None). Unreachable: the previous lock's record of the same pinned base is kept, marked
     unverified; without one, none is recorded."""
-    from mtpimage import netpolicy
-    from mtpimage.publish.registryclient import transient
-
     ref = ImageRef.parse(image, flag="base image")
     if not ref.digest:
         why = "no digest pinned: no platform manifest to record"

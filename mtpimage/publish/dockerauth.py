@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpimage import children
-from mtpimage.publish.imageref import DOCKER_HUB
+from mtpimage.imageref import DOCKER_HUB
 
 HUB_KEY = "https://index.docker.io/v1/"
 

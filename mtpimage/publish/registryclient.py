@@ -27,8 +27,8 @@ from urllib.parse import urljoin, urlsplit
 
 from mtpimage import netpolicy
 from mtpimage.errors import EXIT_AUTH, DiskProblem, EnvironmentProblem
+from mtpimage.imageref import Registry, base_url
 from mtpimage.publish import digests, dockerauth
-from mtpimage.publish.imageref import Registry, base_url
 
 MANIFEST_TYPES = ", ".join(
     [

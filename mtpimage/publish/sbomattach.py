@@ -1,10 +1,10 @@
 """Attaching the SBOM (sbom.py) to a pushed image in its registry, as OCI 1.1 describes it.
 
 The SBOM is an OCI artifact in the image's own repository:
-    manifest  application/vnd.oci.image.manifest.v1+json, artifactType sbom.MEDIA_TYPE,
+    manifest  application/vnd.oci.image.manifest.v1+json, artifactType MEDIA_TYPE,
               `subject` = the image manifest (the referrers relation)
     config    the empty descriptor (application/vnd.oci.empty.v1+json, `{}`)
-    layer     the CycloneDX JSON (sbom.MEDIA_TYPE), titled `<profile>.sbom.cdx.json`
+    layer     the CycloneDX JSON (MEDIA_TYPE), titled `<profile>.sbom.cdx.json`
 tagged `sha256-<image digest hex>.sbom`: the tag scheme cosign and oras read when a registry
 has no referrers API. Where the registry lacks that API (Debian's distribution 2.8 does), the
 artifact is also listed in the OCI referrers tag `sha256-<image digest hex>` (an image index
@@ -19,8 +19,10 @@ import hashlib
 import json
 
 from mtpimage import netpolicy
-from mtpimage.outputs.sbom import MEDIA_TYPE
+from mtpimage.errors import EnvironmentProblem
 from mtpimage.publish.registryclient import RegistryClient, transient
+
+MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -71,8 +73,6 @@ def attach(client: RegistryClient, repository: str, image_digest: str, sbom: byt
     the artifact (REF: its `.sbom` tag). Blobs already there are not sent again."""
     got = _net(client.manifest, repository, image_digest)
     if got is None:
-        from mtpimage.errors import EnvironmentProblem
-
         raise EnvironmentProblem(
             f"{client.registry.ref(repository)}@{image_digest} is not in the registry, so no SBOM "
             "can name it as its subject (fix: push the image first)"

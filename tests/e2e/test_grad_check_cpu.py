@@ -30,8 +30,8 @@ import pytest
 
 from mtpimage import settings
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "images" / "checks" / "gpu_check.py"

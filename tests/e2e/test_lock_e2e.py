@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpimage import cli
-from mtpimage.lock import sources
+from mtpimage import cli, gitfetch
 from mtpimage.plan import rules
 from tests.fixtures.gitrepos import advance_branch
 from tests.fixtures.lock_fixtures import fast_net, serve_index, standin_manifests  # noqa: F401 (fixture)
@@ -198,7 +197,7 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
 
     cache = tmp_path / "cache2"
     monkeypatch.setenv("MTP_CACHE_DIR", str(cache))
-    real_fetch = sources.fetch
+    real_fetch = gitfetch.fetch
     calls = []
 
     def fetch_then_stop(repo, commit):
@@ -208,7 +207,7 @@ def test_server_goes_away_mid_lock(private_git_world, fast_net, tmp_path, http_s
             private_git_world.daemon.stop()  # the upstream goes away mid-lock
         return tree
 
-    monkeypatch.setattr(sources, "fetch", fetch_then_stop)
+    monkeypatch.setattr(gitfetch, "fetch", fetch_then_stop)
     code = cli.main(["lock", "--manifests", str(m), "--profile", PROFILE])
     err = capsys.readouterr().err
     assert code == 3, err

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from mtpimage.assembly import driver
 from mtpimage.manifests import manifest
-from mtpimage.outputs import driver
 from mtpimage.outputs.jobscripts import job_script
 from mtpimage.outputs.multinode import Layout
 from mtpimage.plan.model import build_plan

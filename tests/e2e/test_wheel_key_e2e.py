@@ -9,10 +9,11 @@ import uuid
 
 import pytest
 
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions, wheelshare
+from mtpimage.commands.load import plan_for
+from mtpimage.ext import extensions, wheelshare
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 from tests.unit.test_wheel_key import FakeBuilder
 
 pytestmark = pytest.mark.timeout(300)

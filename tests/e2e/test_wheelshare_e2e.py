@@ -17,7 +17,7 @@ import requests
 from mtpimage.ext import wheelshare
 from mtpimage.ext.wheelcache import WheelCache, cache_key
 from mtpimage.ext.wheelshare import ArtifactRefused
-from mtpimage.publish.imageref import Registry
+from mtpimage.imageref import Registry
 from mtpimage.publish.registryclient import RegistryClient
 from tests.fixtures.wheels import make_wheel
 from tests.unit.helpers import run_cli

@@ -84,6 +84,8 @@ def test_each_figure_counts_what_it_says(tmp_path):
                 """,
             "mtpimage/b/__init__.py": "from mtpimage.a import x\n",
             "mtpimage/engine/__init__.py": "from mtpimage.b import y\nfrom mtpimage.a import x\n",
+            "mtpimage/b/y.py": "def f():\n    from mtpimage.a import x  # a project import inside a function\n",
+            "tests/unit/test_imports.py": 'LAYERS = ("mtpimage", "a", "b", "engine", "cli")\n',
             "images/partials/layer.j2": (
                 '{% for s in steps if s.kind == "git" %}{% if s.kind in ("a", "b") %}x{% endif %}{% endfor %}\n'
                 "{% if s.name == 'x' %}{% endif %}\n"
@@ -98,12 +100,16 @@ def test_each_figure_counts_what_it_says(tmp_path):
         "engine_current": 2,
         "build_requests": 1,
         "local_tags": 1,
-        "function_imports": 2,
+        "function_imports": 3,
         "package_pairs": 1,  # a <-> engine; b -> a and engine -> b run one way; cli is no package
+        "project_function_imports": 1,  # b/y.py's; json and os.path are not the project's
+        "back_arrows": 1,  # a -> engine goes up the declared order; the rest go down it
         "readme_lines": 3,
     }
     assert f["where"]["package_pairs"] == ["mtpimage.a <-> mtpimage.engine"]
+    assert f["where"]["back_arrows"] == ["a -> engine"]
     assert [r["function"] for r in f["longest_functions"]] == [
         "mtpimage.a.x.rows",
         "mtpimage.a.x.rows.nested",
+        "mtpimage.b.y.f",
     ]

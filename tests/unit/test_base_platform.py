@@ -16,10 +16,10 @@ import yaml
 from mtpimage.assembly import pipeline
 from mtpimage.assembly.recipe import recipe_of
 from mtpimage.assembly.versionvector import version_vector
+from mtpimage.commands.load import plan_for
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.manifests import manifest
 from mtpimage.mirrors import BuildMirrors, RegistryMirror
-from mtpimage.plan.load import plan_for
 from mtpimage.plan.model import BasePlatform
 from mtpimage.publish import baseplatform
 from mtpimage.publish.baseplatform import BaseNotServed

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mtpimage.assembly import buildlog
+from mtpimage.engine import buildlog
 from tests.fixtures.wheels import make_wheel
 
 

@@ -15,9 +15,9 @@ from mtpimage.cli import plan_for
 from mtpimage.engine.containerengine import BuildRequest
 from mtpimage.engine.dockerengine import BuildKitCLI, build_argv
 from mtpimage.errors import InputError
+from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
 from mtpimage.outputs import workflow
-from mtpimage.publish.imageref import Registry
 
 from .helpers import REPO, run_main
 

@@ -116,7 +116,7 @@ def test_compile_wheel_says_stopped_when_its_build_is_interrupted(tmp_path):
 
     import pytest
 
-    from mtpimage.ext import extbuild
+    from mtpimage.assembly import extbuild
 
     def request_for(context, stage, tmp, args, on_line):
         on_line(_ninja(9, 100.0, 1, 28))

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtpimage.assembly import driver
 from mtpimage.assembly.render import IMAGES_DIR, deterministic_tar, render
 from mtpimage.errors import InputError
 from mtpimage.manifests import manifest
-from mtpimage.outputs import driver, preflight
+from mtpimage.outputs import preflight
 from mtpimage.outputs.jobscripts import job_script
 from mtpimage.outputs.multinode import Layout
 from mtpimage.plan.model import build_plan

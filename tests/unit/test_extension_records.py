@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from mtpimage.assembly import pipeline
+from mtpimage.assembly import extbuild, pipeline
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions
+from mtpimage.commands.load import plan_for
+from mtpimage.ext import extensions
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 PROFILE = "mtp-detach"
 

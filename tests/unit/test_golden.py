@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

@@ -13,9 +13,9 @@ import yaml
 
 from mtpimage.assembly.recipe import UnpinnedPackage
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
 from mtpimage.plan import rules
-from mtpimage.plan.load import plan_for
 
 from .helpers import MANIFESTS, run_cli
 

@@ -1,6 +1,6 @@
 """The module structure: no module imports a module that imports it back (lazy imports
 inside functions included: they close a cycle just the same when they run), command
-modules never import the CLI, and only sources.py runs git to fetch."""
+modules never import the CLI, and only gitfetch.py runs git to fetch."""
 
 from __future__ import annotations
 
@@ -83,10 +83,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "mtpimage.assembly.pipeline" in graph["mtpimage.cli"]  # imported inside cmd_main
-    assert (
-        "mtpimage.publish.registryclient" in graph["mtpimage.outputs.jobscripts"]
-    )  # imported inside a function
+    assert "mtpimage.commands.mainjob" in graph["mtpimage.cli"]  # imported inside a function
+    assert "mtpimage.assembly.verify" in graph["mtpimage.commands.verify"]  # imported inside cmd_verify
 
 
 def test_a_cycle_is_found():
@@ -111,7 +109,7 @@ def test_commands_do_not_import_the_cli():
 def test_only_sources_runs_git_fetch_or_clone():
     """One git fetcher: no other module spells a git fetch/clone/ls-remote command."""
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "sources.py":
+        if path.name == "gitfetch.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.List, ast.Tuple)):
@@ -126,7 +124,7 @@ def test_only_sources_runs_git_fetch_or_clone():
                 continue
             words = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
             assert not ({"fetch", "clone", "ls-remote"} & words and (is_git or "git" in words)), (
-                f"{path.name}:{node.lineno} runs git to fetch: use sources.fetch"
+                f"{path.name}:{node.lineno} runs git to fetch: use gitfetch.fetch"
             )
 
 
@@ -256,3 +254,99 @@ def test_no_function_is_over_100_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.name} ({lines})")
     assert not long, long
+
+
+# ----------------------------------------------------------------------------- the package order
+# The packages bottom up, declared once here; docs/architecture.md states it in one line
+# (ORDER_LINE). A module imports from its own package or one below it, at the top of the file
+# or inside a function alike. "mtpimage" is the top-level modules (settings.py, errors.py,
+# mirrors.py, gitfetch.py, imageref.py, ...) and the data packages; cli.py is the one
+# top-level module on top of everything.
+LAYERS = (
+    "mtpimage",
+    "manifests",
+    "plan",
+    "publish",
+    "engine",
+    "ext",
+    "lock",
+    "assembly",
+    "outputs",
+    "demo",
+    "commands",
+    "cli",
+)
+ORDER_LINE = "Package order, bottom up: " + " < ".join(f"`{name}`" for name in LAYERS) + "."
+# An import inside a function says why it is not at the top, on its line or the line above:
+# `# deferred: import cost: ...` (the fast path, a command's back-end) or an optional dependency.
+DEFERRED = "# deferred: "
+
+
+def layer(module: str) -> int:
+    """mtpimage.lock.locker -> the index of `lock`; mtpimage.settings -> 0; mtpimage.cli -> top."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS[1:] else 0
+
+
+def _import_targets(node: ast.Import | ast.ImportFrom, package: str, mods) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+
+
+def project_imports() -> list[tuple[str, str, int, bool, str]]:
+    """(module, imported module, line, inside a function?, its line and the line above) of every
+    import of an mtpimage module anywhere in the package."""
+    mods = _modules()
+    out = []
+    for name, (path, is_package) in mods.items():
+        package = name if is_package else name.rsplit(".", 1)[0]
+        lines = path.read_text().splitlines()
+        stack: list[tuple[ast.AST, bool]] = [(ast.parse("\n".join(lines), str(path)), False)]
+        while stack:
+            node, in_function = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    said = "\n".join(lines[max(child.lineno - 2, 0) : child.lineno])
+                    for target in _import_targets(child, package, mods):
+                        if target.split(".")[0] == "mtpimage":
+                            out.append((name, target, child.lineno, in_function, said))
+                function = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                stack.append((child, in_function or function))
+    return out
+
+
+def upward(imports) -> list[str]:
+    return [f"{m}:{line} imports {t}" for m, t, line, _, _ in imports if layer(t) > layer(m)]
+
+
+def test_no_module_imports_a_package_above_its_own():
+    wrong = upward(project_imports())
+    assert not wrong, f"imports against the package order ({ORDER_LINE}): {wrong}"
+
+
+def test_every_import_inside_a_function_says_why():
+    silent = sorted(
+        {f"{m}:{line}" for m, _, line, inside, said in project_imports() if inside and DEFERRED not in said}
+    )
+    assert not silent, (
+        f"imports inside functions without a `{DEFERRED}<why>` comment (hoist them to the top): {silent}"
+    )
+
+
+def test_the_order_rule_sees_an_upward_import():
+    assert layer("mtpimage.settings") == 0 and layer("mtpimage.cli") == len(LAYERS) - 1
+    assert layer("mtpimage.data") == 0  # a data package sits with the top-level modules
+    found = upward([("mtpimage.plan.model", "mtpimage.lock.lockfile", 3, True, f"{DEFERRED}x")])
+    assert found == ["mtpimage.plan.model:3 imports mtpimage.lock.lockfile"]  # a reason does not excuse it
+    assert upward([("mtpimage.lock.locker", "mtpimage.plan.model", 3, False, "")]) == []
+
+
+def test_the_order_is_stated_in_architecture_md():
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert ORDER_LINE in doc.splitlines(), f"docs/architecture.md should carry the line: {ORDER_LINE}"

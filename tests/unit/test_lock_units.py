@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mtpimage import gitfetch
 from mtpimage.cli import plan_for
 from mtpimage.errors import InputError
-from mtpimage.lock import lockfile, probes, pydeps, sources
+from mtpimage.lock import lockfile, probes, pydeps
 from mtpimage.manifests import manifest
 from mtpimage.plan.rules import FAIL, PASS
 
@@ -99,23 +100,23 @@ def test_patch_paths_strip_like_patch(tmp_path):
 
 
 def test_git_error_classification():
-    off = sources.GitError(
+    off = gitfetch.GitError(
         "https://github.com/x/y", "fetch", "fatal: Could not resolve host: github.com", "a" * 40
     )
     assert off.offline and not off.missing
-    gone = sources.GitError(
+    gone = gitfetch.GitError(
         "https://github.com/x/y", "fetch", "fatal: read error: Connection reset by peer", "a" * 40
     )
     assert not gone.offline and not gone.missing
     assert "github.com/x/y" in str(gone) and "a" * 40 in str(gone) and "Connection reset" in str(gone)
-    miss = sources.GitError("r", "fetch", "fatal: remote error: upload-pack: not our ref abc")
+    miss = gitfetch.GitError("r", "fetch", "fatal: remote error: upload-pack: not our ref abc")
     assert miss.missing
 
 
 def test_fetch_rejects_non_sha_without_touching_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path))
-    with pytest.raises(sources.GitError):
-        sources.fetch("https://example.invalid/r", "main")
+    with pytest.raises(gitfetch.GitError):
+        gitfetch.fetch("https://example.invalid/r", "main")
     assert not (tmp_path / "git").exists()
 
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mtpimage.lock import sources
+from mtpimage import gitfetch
 
 
 def _git(*args, cwd):
@@ -43,8 +43,8 @@ def snapshot(tmp_path, monkeypatch):
 def test_a_mirror_without_allow_filter_is_named_in_the_error(snapshot):
     repo, commit = snapshot
     _git("config", "uploadpack.allowFilter", "false", cwd=repo)
-    with pytest.raises(sources.GitError) as exc:
-        sources.fetch(f"file://{repo}", commit)
+    with pytest.raises(gitfetch.GitError) as exc:
+        gitfetch.fetch(f"file://{repo}", commit)
     text = exc.value.one_line()
     assert "config uploadpack.allowFilter true" in text and "network" not in text
 
@@ -52,5 +52,5 @@ def test_a_mirror_without_allow_filter_is_named_in_the_error(snapshot):
 def test_with_allow_filter_the_commit_is_fetched_without_the_missing_blob(snapshot):
     repo, commit = snapshot
     _git("config", "uploadpack.allowFilter", "true", cwd=repo)
-    tree = sources.fetch(f"file://{repo}", commit)
-    assert (tree.path / "keep.txt").is_file() and sources.missing_paths(tree.path) == ["big.gif"]
+    tree = gitfetch.fetch(f"file://{repo}", commit)
+    assert (tree.path / "keep.txt").is_file() and gitfetch.missing_paths(tree.path) == ["big.gif"]

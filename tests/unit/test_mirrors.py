@@ -19,14 +19,13 @@ from types import SimpleNamespace
 import pytest
 
 from mtpimage import mirrors
-from mtpimage.assembly import buildlog
 from mtpimage.assembly.render import deterministic_tar, render
-from mtpimage.engine import buildstream, containerengine, dockerengine
+from mtpimage.commands.load import plan_for
+from mtpimage.engine import buildlog, buildstream, containerengine, dockerengine
 from mtpimage.engine.containerengine import BuildRequest, mirrored_bases, mirrored_dockerfile, secret_files
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext import extensions
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "manifests"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mtpimage.lock import sources
+from mtpimage import gitfetch
 
 
 def _git(cwd, *args) -> str:
@@ -37,8 +37,8 @@ def test_a_mirror_without_some_blobs_names_the_variable(tmp_path, monkeypatch):
     blob = _git(src, "rev-parse", "HEAD:large.bin")
     (src / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
     commit = _git(src, "rev-parse", "HEAD")
-    with pytest.raises(sources.GitError) as exc:
-        sources.fetch(str(src), commit)
+    with pytest.raises(gitfetch.GitError) as exc:
+        gitfetch.fetch(str(src), commit)
     text = exc.value.one_line()
     assert "MTP_GIT_ALLOW_MISSING_BLOBS=1" in text and "ls-remote" not in text, text
-    assert exc.value.fix == sources.MISSING_BLOBS_FIX
+    assert exc.value.fix == gitfetch.MISSING_BLOBS_FIX

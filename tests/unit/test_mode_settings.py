@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
 from mtpimage.plan import mtponly
 from mtpimage.plan.facts import tool_facts
-from mtpimage.plan.load import plan_for
 from tests.unit.helpers import run_main
 
 REPO = Path(__file__).resolve().parents[2]

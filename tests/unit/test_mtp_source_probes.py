@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mtpimage.commands.load import plan_for
 from mtpimage.lock import probes
 from mtpimage.manifests import manifest
 from mtpimage.plan import mtponly
-from mtpimage.plan.load import plan_for
 
 GUARD = """
     def _get_embeddings(self, input_ids, position_ids, embedding, hidden_states):

@@ -84,7 +84,7 @@ def test_success_after_a_transient_failure(monkeypatch):
 def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
     """sources' retries are the policy's: MTP_NET_RETRIES=2 means two git fetch attempts
     for a transient failure (a server that hangs up), one for a missing commit."""
-    from mtpimage.lock import sources
+    from mtpimage import gitfetch
 
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MTP_NET_RETRIES", "2")
@@ -99,26 +99,26 @@ def test_git_fetches_follow_the_policy(monkeypatch, tmp_path):
             return subprocess.CompletedProcess(args, 128, "", "fatal: the remote end hung up unexpectedly")
         return subprocess.CompletedProcess(args, 0, "", "")
 
-    monkeypatch.setattr(sources, "git", git)
-    with pytest.raises(sources.GitError, match="hung up"):
-        sources.fetch("https://git.example.com/a/b", "a" * 40)
+    monkeypatch.setattr(gitfetch, "git", git)
+    with pytest.raises(gitfetch.GitError, match="hung up"):
+        gitfetch.fetch("https://git.example.com/a/b", "a" * 40)
     assert len(seen) == 2
     assert not list((tmp_path / "cache").rglob("*.git"))
 
 
 def test_a_failed_fetch_is_not_retried_for_every_profile(monkeypatch):
     """check --probe-sources: a (repo, commit) that failed once fails at once afterwards."""
-    from mtpimage.lock import sources
+    from mtpimage import gitfetch
 
     calls = []
 
     def fetch(repo, commit):
         calls.append((repo, commit))
-        raise sources.GitError(repo, "git fetch", "fatal: the remote end hung up unexpectedly", commit)
+        raise gitfetch.GitError(repo, "git fetch", "fatal: the remote end hung up unexpectedly", commit)
 
-    monkeypatch.setattr(sources, "fetch", fetch)
-    once = sources.remembering_fetch()
+    monkeypatch.setattr(gitfetch, "fetch", fetch)
+    once = gitfetch.remembering_fetch()
     for _ in range(3):
-        with pytest.raises(sources.GitError, match="hung up"):
+        with pytest.raises(gitfetch.GitError, match="hung up"):
             once("https://git.example.com/a/b", "a" * 40)
     assert calls == [("https://git.example.com/a/b", "a" * 40)]

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtpimage import gitfetch
 from mtpimage.assembly.buildctx import patch_entries
 from mtpimage.assembly.render import render
 from mtpimage.cli import plan_for
 from mtpimage.demo.gitrepos import SGLANG_FIX_PATHS, make_sglang
 from mtpimage.errors import InputError
-from mtpimage.lock import sources
 from mtpimage.manifests import manifest, patches
 from mtpimage.plan.model import Patch
 
@@ -55,9 +55,9 @@ def fork(tmp_path_factory):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
-    sources._DIFFS.clear()
+    gitfetch._DIFFS.clear()
     yield tmp_path / "cache"
-    sources._DIFFS.clear()
+    gitfetch._DIFFS.clear()
 
 
 def _url(repo) -> str:
@@ -79,7 +79,7 @@ def _patch(repo, paths=SGLANG_FIX_PATHS, sha256="0" * 64, head=None) -> Patch:
 
 
 def test_diff_is_made_from_both_commits_and_limited_to_its_paths(fork, cache):
-    data, files = sources.commit_diff(
+    data, files = gitfetch.commit_diff(
         _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
     )
     assert files == SGLANG_FIX_PATHS
@@ -89,7 +89,7 @@ def test_diff_is_made_from_both_commits_and_limited_to_its_paths(fork, cache):
     # full blob ids, whatever the repository's size (an abbreviation's length is not stable)
     index = [line for line in text.splitlines() if line.startswith("index ")]
     assert len(index) == 2 and all(len(line.split()[1]) == 40 + 2 + 40 for line in index)
-    whole, all_files = sources.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"])
+    whole, all_files = gitfetch.commit_diff(_url(fork), fork.commits["without_fix"], fork.commits["with_fix"])
     assert all_files == (*SGLANG_FIX_PATHS, "test/test_unwrap_once.py") and whole != data
     # both commits came through the one fetcher: its cache, keyed by repository and commit
     trees = {p.name for p in (cache / "git").glob("*/*")}
@@ -104,7 +104,7 @@ def test_diff_is_made_from_both_commits_and_limited_to_its_paths(fork, cache):
 
 
 def test_diff_bytes_do_not_depend_on_the_users_git_configuration(fork, cache, tmp_path, monkeypatch):
-    plain, _ = sources.commit_diff(
+    plain, _ = gitfetch.commit_diff(
         _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
     )
     order = tmp_path / "order"
@@ -134,16 +134,16 @@ def test_diff_bytes_do_not_depend_on_the_users_git_configuration(fork, cache, tm
     assert theirs.returncode == 0 and theirs.stdout and theirs.stdout != plain, theirs.stderr
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", "/bin/false")
     # ...and not the tool's bytes, with a cold cache and no memo
-    sources._DIFFS.clear()
+    gitfetch._DIFFS.clear()
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache-hostile"))
-    again, _ = sources.commit_diff(
+    again, _ = gitfetch.commit_diff(
         _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
     )
     assert again == plain
 
 
 def test_pinned_sha256_is_checked_and_a_wrong_one_names_key_digest_and_fix(fork, cache):
-    data, _ = sources.commit_diff(
+    data, _ = gitfetch.commit_diff(
         _url(fork), fork.commits["without_fix"], fork.commits["with_fix"], SGLANG_FIX_PATHS
     )
     digest = hashlib.sha256(data).hexdigest()
@@ -188,7 +188,7 @@ def test_shipped_render_needs_no_network_and_the_context_says_what_is_missing(tm
     def no_fetch(repo, commit):
         raise AssertionError(f"render fetched {repo} {commit}")
 
-    monkeypatch.setattr(sources, "fetch", no_fetch)
+    monkeypatch.setattr(gitfetch, "fetch", no_fetch)
     m = manifest.load()
     rendered = render(plan_for(m, "mtp-rollout", None), m.root)
     assert not [f for f in rendered.files if f.startswith("patches/")]
@@ -201,7 +201,7 @@ def test_shipped_render_needs_no_network_and_the_context_says_what_is_missing(tm
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MTP_NET_RETRIES", "1")
-    sources._DIFFS.clear()
+    gitfetch._DIFFS.clear()
     with pytest.raises(patches.PatchUnavailable) as exc:
         patch_entries(rendered, progress=lambda _m: None)
     msg = exc.value.one_line()
@@ -331,7 +331,7 @@ def test_the_committed_lock_made_the_shipped_patch_the_way_the_tool_makes_it_now
         p.paths,
         p.sha256,
     )
-    assert entry["made_with"] == sources.diff_command(p.base, p.head, p.paths)
+    assert entry["made_with"] == gitfetch.diff_command(p.base, p.head, p.paths)
     assert entry["applies"] is True and entry["verified"] is True
     assert entry["checked_with"] == "patch --dry-run -p2 on the sglang 0.5.12 wheel"
     probe = lock["profiles"]["mtp-rollout"]["probes"]["sglang-rollout-fix"]

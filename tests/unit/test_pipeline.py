@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpimage.assembly import pipeline
+from mtpimage.assembly import pipeline, release
+from mtpimage.commands.load import plan_for
 from mtpimage.errors import InputError
+from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
-from mtpimage.publish import registryclient, release
-from mtpimage.publish.imageref import Registry
+from mtpimage.publish import registryclient
 
 DIGEST = "sha256:" + "e" * 64
 IMAGE_ID = "sha256:" + "1" * 64

@@ -19,11 +19,11 @@ import jsonschema
 import pytest
 import yaml
 
+from mtpimage.commands.load import plan_for
+from mtpimage.imageref import ImageRef
 from mtpimage.manifests import manifest
 from mtpimage.outputs import multinode
 from mtpimage.outputs.rayjob import rayjob
-from mtpimage.plan.load import plan_for
-from mtpimage.publish.imageref import ImageRef
 
 DIGEST = "sha256:" + "ef" * 32
 

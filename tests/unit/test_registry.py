@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mtpimage.errors import InputError
+from mtpimage.imageref import ImageRef, Registry
 from mtpimage.outputs import workflow
-from mtpimage.publish.imageref import ImageRef, Registry
 
 D = "sha256:" + "c" * 64
 

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mtpimage.errors import EnvironmentProblem
+from mtpimage.imageref import Registry
 from mtpimage.publish import dockerauth
-from mtpimage.publish.imageref import Registry
 from mtpimage.publish.registryclient import RegistryClient
 
 from .helpers import run_cli

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mtpimage.errors import EXIT_DISK, EXIT_ENV, DiskProblem
+from mtpimage.imageref import Registry
 from mtpimage.publish import digests
-from mtpimage.publish.imageref import Registry
 from mtpimage.publish.registryclient import DigestMismatch, RegistryClient, RegistryUnreachable
 
 from .helpers import run_main

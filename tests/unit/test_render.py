@@ -20,8 +20,8 @@ from mtpimage.assembly.templating import docker_quote
 from mtpimage.cli import plan_for
 from mtpimage.engine import dockerengine as engine
 from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
-from mtpimage.publish.imageref import Registry
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = manifest.load(REPO / "manifests")

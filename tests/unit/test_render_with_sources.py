@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 from mtpimage import cli
 from mtpimage.assembly import buildctx, pipeline
+from mtpimage.commands.load import plan_for
 from mtpimage.ext import extensions
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 PROFILE = "mtp-detach"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mtpimage.assembly.render import IMAGES_DIR, render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 from .helpers import run_main
 

@@ -401,13 +401,14 @@ def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed(tmp_p
     """#38 item 4: `check --probe-sources` with github.com unreachable: every source rule is
     UNKNOWN, the source is listed as unfetched (so the exit is 3), with the mirror fix. A cache
     of its own: a patch this machine made earlier (a real-stack build) decided patches-apply."""
+    from mtpimage import gitfetch
     from mtpimage.lock import probes as probes_mod
-    from mtpimage.lock import sources
+    from mtpimage.lock.sources import SourceSet
 
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
 
     def fetch(repo, commit):
-        raise sources.GitError(
+        raise gitfetch.GitError(
             repo,
             "git fetch",
             f"fatal: unable to access '{repo}/': Could not resolve host: github.com",
@@ -416,7 +417,7 @@ def test_an_unreachable_source_under_probe_sources_is_unfetched_not_passed(tmp_p
 
     m = manifest.load()
     plan = build_plan(m, manifest.resolve_profile(m, "mtp-cp-recompute"))
-    ss = sources.SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
+    ss = SourceSet(dict(plan.indexes), fetcher=fetch, keep_going=True)
     verdicts = probes_mod.probe_plan(plan, m.root, ss)
     assert verdicts and all(v.status == rules.UNKNOWN for v in verdicts.values()), verdicts
     assert set(ss.failed) >= {"megatron-lm"} and not ss.unavailable

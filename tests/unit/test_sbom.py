@@ -1,4 +1,4 @@
-"""The SBOM (mtpimage/outputs/sbom.py): valid CycloneDX 1.5 by the official schema (the one
+"""The SBOM (mtpimage/assembly/sbom.py): valid CycloneDX 1.5 by the official schema (the one
 cyclonedx-python-lib ships, read offline), exactly the lock's set for a profile, the same
 bytes for the same plan, patches and compiled extensions where CycloneDX puts them; and
 the OCI artifact that attaches it (sbomattach.py) against an in-memory registry."""
@@ -14,13 +14,13 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from mtpimage.assembly import sbom
 from mtpimage.assembly.recipe import recipe_of
 from mtpimage.assembly.render import render
-from mtpimage.outputs import sbom
-from mtpimage.outputs.sbom import BuiltWheel
-from mtpimage.plan.load import load, plan_for
+from mtpimage.assembly.sbom import BuiltWheel
+from mtpimage.commands.load import load, plan_for
+from mtpimage.imageref import Registry
 from mtpimage.publish import sbomattach
-from mtpimage.publish.imageref import Registry
 from tests.unit.helpers import REPO, run_main
 
 PROFILE = "mtp-detach"  # locked, with git sources, a patched wheel and compiled extensions
@@ -279,7 +279,7 @@ def test_the_artifact_names_the_image_as_its_subject_under_the_sbom_tag():
         "digest": image,
         "size": len(reg.manifests[image]),
     }
-    assert m["artifactType"] == sbom.MEDIA_TYPE and m["config"]["mediaType"] == sbomattach.EMPTY_TYPE
+    assert m["artifactType"] == sbomattach.MEDIA_TYPE and m["config"]["mediaType"] == sbomattach.EMPTY_TYPE
     (layer,) = m["layers"]
     assert reg.blobs[layer["digest"]] == data and layer["size"] == len(data)
     assert layer["annotations"][sbomattach.TITLE] == "p.sbom.cdx.json"
@@ -304,7 +304,7 @@ def test_without_the_referrers_api_the_referrers_tag_lists_it_beside_the_others(
     second = sbomattach.attach(reg, "mtp-verl", image, b"two\n", "p.sbom.cdx.json").rsplit("@", 1)[1]
     listed = json.loads(reg.manifests[index_tag])["manifests"]
     assert [d["digest"] for d in listed] == [signature["digest"], first, second]
-    assert listed[-1]["artifactType"] == sbom.MEDIA_TYPE
+    assert listed[-1]["artifactType"] == sbomattach.MEDIA_TYPE
 
 
 def test_with_the_referrers_api_no_referrers_tag_is_written():

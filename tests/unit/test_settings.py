@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mtpimage import cli, settings
+from mtpimage.commands.load import plan_for
 from mtpimage.errors import InputError
 from mtpimage.plan import substitute
-from mtpimage.plan.load import plan_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT_ONLY = {"MTP_REAL_STACK_OUT"}  # read by scripts/real-stack/build.sh, not by the package
@@ -48,10 +48,10 @@ def test_settings_are_frozen_and_follow_the_environment(monkeypatch, tmp_path):
 
 
 def test_one_cache_root():
+    from mtpimage import gitfetch
     from mtpimage.assembly import fastpath
-    from mtpimage.lock import sources
 
-    assert sources.cache_root() == settings.current().cache_root
+    assert gitfetch.cache_root() == settings.current().cache_root
     assert fastpath.memo_dir().parent == settings.current().cache_root
 
 
@@ -83,7 +83,7 @@ def test_substitution_flags_win_over_their_variables(monkeypatch):
 def test_the_flags_parse_on_the_main_job_and_the_commands():
     parser = cli.make_parser()
     args = parser.parse_args(["--substitute-base", "x", "--omit-packages", "a,b c"])
-    from mtpimage.plan.load import substitutions_of
+    from mtpimage.commands.load import substitutions_of
 
     assert substitutions_of(args) == {"base": "x", "omit": ("a", "b", "c")}
     args = parser.parse_args(["check", "--omit-packages", "apex"])

@@ -122,7 +122,7 @@ def test_a_model_config_that_is_not_a_regular_file(tmp_path, kind):
 
 
 def test_a_model_config_over_its_limit_is_refused_unread(tmp_path):
-    from mtpimage.manifests.modelconfig import MAX_BYTES
+    from mtpimage.plan.modelconfig import MAX_BYTES
 
     cfg = tmp_path / "config.json"
     with open(cfg, "wb") as f:

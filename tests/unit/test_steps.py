@@ -11,9 +11,9 @@ from mtpimage.assembly import steps as st
 from mtpimage.assembly.recipe import InstallLayer, recipe_of
 from mtpimage.assembly.render import render
 from mtpimage.assembly.templating import environment
+from mtpimage.commands.load import plan_for
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 from mtpimage.plan.model import LockedRow
 
 PYPI = "https://pypi.org/simple"

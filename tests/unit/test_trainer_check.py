@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mtpimage.assembly.render import IMAGES_DIR, render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 CHECKS = IMAGES_DIR / "checks"
 LOGS = Path(__file__).parent / "trainer_logs"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from mtpimage.assembly.render import render
+from mtpimage.commands.load import plan_for
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

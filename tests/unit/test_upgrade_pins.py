@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtpimage import gitfetch
 from mtpimage.errors import InputError
-from mtpimage.lock import locker, sources, staging
+from mtpimage.lock import locker, staging
 from mtpimage.manifests import manifest
 
 NEW = "c0ffee" + "0" * 34
@@ -37,7 +38,7 @@ def _heads(m, moved: dict[str, str]):
 
 def test_upgrade_moves_a_package_built_from_git(m, monkeypatch):
     before = (m.root / "components.yaml").read_bytes()
-    monkeypatch.setattr(sources, "ls_remote", _heads(m, {"https://github.com/NVIDIA/apex": NEW}))
+    monkeypatch.setattr(gitfetch, "ls_remote", _heads(m, {"https://github.com/NVIDIA/apex": NEW}))
     moves, text = locker.upgrade(m, m.names(), "*")
     assert [mv.name for mv in moves] == ["apex"] and moves[0].kind == "package"
     assert moves[0].line().startswith("apex: master 6424da3b4faa -> c0ffee000000")

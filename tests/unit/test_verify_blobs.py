@@ -16,7 +16,7 @@ import pytest
 
 from mtpimage.assembly import verify
 from mtpimage.engine import ocilayout
-from mtpimage.publish.imageref import ImageRef
+from mtpimage.imageref import ImageRef
 
 from .test_ocilayout import _layout, _tar
 

@@ -11,12 +11,13 @@ import shutil
 import pytest
 from packaging.utils import canonicalize_name
 
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions
+from mtpimage.commands.load import plan_for
+from mtpimage.ext import extensions
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import IMAGES_DIR
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 from tests.fixtures.wheels import make_wheel
 
 PROFILE = "mtp-detach"

@@ -11,12 +11,13 @@ import shutil
 
 import pytest
 
+from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import render
-from mtpimage.ext import extbuild, extensions, wheelpins
+from mtpimage.commands.load import plan_for
+from mtpimage.ext import extensions, wheelpins
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.manifests import manifest
-from mtpimage.plan.load import plan_for
 from tests.fixtures.wheels import make_wheel
 
 from .helpers import assert_one_line_error, run_cli

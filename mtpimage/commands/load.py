@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from mtpimage.lock import lockfile
 from mtpimage.manifests import manifest
 from mtpimage.plan.model import Plan, build_plan
+from mtpimage.plan.substitute import apply as substitute
+from mtpimage.settings import split_list
 
 
 def load(manifests_dir: Path | None = None, keep_going: bool = False) -> manifest.Manifests:
@@ -35,9 +38,6 @@ def plan_for(
     """The profile's Plan, carrying lock.yaml's resolved dependency versions when the lock
     matches it: they are part of what the image is, so of its identity too. `base` and
     `omit` are the substitutions' flags (None: their MTP_* variables; see substitute.py)."""
-    from mtpimage.lock import lockfile
-    from mtpimage.plan.substitute import apply as substitute
-
     plan = build_plan(m, manifest.resolve_profile(m, name, sets))
     lock = lockfile.read(lockfile.lock_path(Path(m.root)))
     changes = {
@@ -51,8 +51,6 @@ def plan_for(
 
 def substitutions_of(args) -> dict:
     """A parsed command line's --substitute-base and --omit-packages, as plan_for's keywords."""
-    from mtpimage.settings import split_list
-
     omit = getattr(args, "omit_packages", None)
     return {
         "base": getattr(args, "substitute_base", None),

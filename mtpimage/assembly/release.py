@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from mtpimage import engine, netpolicy
 from mtpimage.errors import EnvironmentProblem
-from mtpimage.publish.imageref import Registry
+from mtpimage.imageref import Registry
 from mtpimage.publish.registryclient import RegistryClient
 
 Say = Callable[[str], None]

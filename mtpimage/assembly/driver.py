@@ -81,6 +81,8 @@ def facts_text(n: DriverNeed) -> str:
     """/opt/mtp/runtime/driver.facts, as driver-check.sh reads it."""
     return (
         "# What this image's CUDA line needs of the NVIDIA driver, for driver-check.sh.\n"
+        # the module's path until issue 47 moved it to assembly/: these bytes are in every image
+        # and its identity, so naming the new path would rebuild every image for a move
         f"# Written at render by mtpimage/outputs/driver.py from {DATA}; a render writes it again.\n"
         f"cuda_line={n.cuda_line}\n"
         f"min_driver={n.min_driver}\n"

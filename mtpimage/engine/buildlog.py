@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpimage import invocation
+from mtpimage import invocation, settings
 from mtpimage.mirrors import INDEX_SETTING
 
 HEAD = "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE"
@@ -176,8 +176,6 @@ KEEP_SECONDS = 14 * 24 * 3600  # failed builds' logs older than this are removed
 
 
 def logs_dir() -> Path:
-    from mtpimage import settings
-
     return settings.current().cache_root / "logs"
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpimage.assembly.extbuild import compile_wheel
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.errors import EXIT_RULES, BuilderError, InputError
 from mtpimage.ext import extensions, wheelpins
@@ -150,8 +151,6 @@ def something_to_compare(manifests_root: Path, key: str, cache: WheelCache) -> N
 def rebuild(rendered: Rendered, pkg: Package, key: str, builder, jobs: int, cache: WheelCache) -> Verdict:
     """Run the builder stage again (`builder`: pipeline.extension_builder's pair, made with
     no_cache) and compare. No compile cache is served: the compiler runs."""
-    from mtpimage.ext.extbuild import compile_wheel
-
     context_for, request_for = builder
     with tempfile.TemporaryDirectory(prefix="mtp-ext-verify-") as tmp:
         wheel, _meta = compile_wheel(rendered, pkg, context_for, request_for, jobs, "", Path(tmp))

@@ -25,6 +25,8 @@ from urllib.parse import quote, urlsplit
 from packaging.utils import canonicalize_name
 
 from mtpimage import __version__
+from mtpimage.ext.wheelcache import WheelCache
+from mtpimage.imageref import ImageRef
 from mtpimage.plan.model import IMAGE_REPOSITORY, Component, LockedRow, Package, Patch, Plan
 
 if TYPE_CHECKING:  # annotations only: the SBOM's purls and file names need no renderer
@@ -32,7 +34,6 @@ if TYPE_CHECKING:  # annotations only: the SBOM's purls and file names need no r
     from mtpimage.ext.extensions import BuilderStage
 
 SPEC_VERSION = "1.5"
-MEDIA_TYPE = "application/vnd.cyclonedx+json"  # IANA-registered for CycloneDX JSON
 NS = "io.mtp-image-builder"  # property names: the labels' namespace
 IMAGE_REF = "image"  # bom-ref of the image itself (metadata.component)
 
@@ -82,8 +83,6 @@ def git_purl(repo: str, commit: str, name: str, subdir: str = ".") -> str:
 
 def oci_purl(image: str) -> str:
     """pkg:oci/NAME@sha256%3A...?repository_url=HOST/PATH&tag=TAG (the digest is the version)."""
-    from mtpimage.publish.imageref import ImageRef
-
     ref = ImageRef.parse(image, flag="base image")
     quals = {"repository_url": ref.repository}
     if ref.tag:
@@ -247,8 +246,6 @@ def _extension(stage: BuilderStage, wheel: BuiltWheel | None) -> dict:
 
 
 def _base(plan: Plan) -> dict:
-    from mtpimage.publish.imageref import ImageRef
-
     ref = ImageRef.parse(plan.base_image, flag="base image")
     purl = oci_purl(plan.base_image)
     comp = {
@@ -350,8 +347,6 @@ def file_name(profile: str) -> str:
 def known_wheels(rendered) -> dict[str, BuiltWheel]:
     """Each compiled extension's key and, when this machine's wheel cache holds it (a build
     puts every wheel it installs there), its file and sha256. Never builds or pulls."""
-    from mtpimage.ext.wheelcache import WheelCache
-
     cache = WheelCache()
     out = {}
     for entry in rendered.extensions:

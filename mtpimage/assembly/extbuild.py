@@ -4,7 +4,7 @@ shared registry, else by building their builder stage (one BuildKit build per mi
 
 Sources reach the builder through the build context (ext-src/<name>/): an sdist downloaded
 here under the network policy and checked against its pinned sha256 (cached by that hash),
-or a git tree from the one git fetcher (sources.py), so mirrors and credentials apply.
+or a git tree from the one git fetcher (gitfetch.py), so mirrors and credentials apply.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ from pathlib import Path
 from mtpimage import netpolicy, settings
 from mtpimage.assembly.render import Rendered
 from mtpimage.errors import EnvironmentProblem
-from mtpimage.ext import extensions
+from mtpimage.ext import ccacheserver, extensions, wheelpins
+from mtpimage.ext.compileprogress import CompileProgress
+from mtpimage.ext.wheelcache import WheelCache, file_sha256
+from mtpimage.ext.wheelshare import REPOSITORY, pull, push, repository_tags
+from mtpimage.gitfetch import cache_root
+from mtpimage.lock.pydeps import ca_bundle, rewrite, sha256_file
 from mtpimage.plan.model import Package
 
 Say = Callable[[str], None]
@@ -35,16 +40,12 @@ class ExtensionBuildFailed(EnvironmentProblem):
 
 # ----------------------------------------------------------------------------- sources
 def _sdist_dir() -> Path:
-    from mtpimage.lock.sources import cache_root
-
     return cache_root() / "sdists"
 
 
 def fetch_sdist(pkg: Package) -> Path:
     """The pinned sdist, from the cache (by sha256) or downloaded and checked."""
     import requests
-
-    from mtpimage.lock.pydeps import ca_bundle, rewrite, sha256_file
 
     b = pkg.build
     name = b.url.rsplit("/", 1)[-1]
@@ -100,8 +101,6 @@ def sdist_entries(pkg: Package) -> list[tuple[str, bytes, int]]:
 
 # ----------------------------------------------------------------------------- wheels
 def _cache():
-    from mtpimage.ext.wheelcache import WheelCache
-
     return WheelCache()
 
 
@@ -117,8 +116,6 @@ def resolve_share(repo: str, say: Say) -> str:
     `REG/NS/ext-wheels`). A name cannot tell them apart (the generated workflows share through
     `REG/mtp-ext-wheels`), so the registry is asked, once, before anything compiles: a
     repository that holds no tags while `REPO/ext-wheels` does was meant as the namespace."""
-    from mtpimage.ext.wheelshare import REPOSITORY, repository_tags
-
     if repo.rstrip("/").endswith("/" + REPOSITORY) or repository_tags(repo):
         return repo
     under = f"{repo.rstrip('/')}/{REPOSITORY}"
@@ -143,9 +140,6 @@ def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print
 
 
 def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack) -> dict:
-    from mtpimage.ext import ccacheserver, wheelpins
-    from mtpimage.ext.wheelcache import file_sha256
-
     plan = rendered.plan
     cache = _cache()
     repo = share_repository()
@@ -167,8 +161,6 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
                 "build or `wheels pull` it again",
             )
         if hit is None and repo:
-            from mtpimage.ext.wheelshare import pull
-
             if not asked:
                 repo, asked = resolve_share(repo, say), True
             hit = pull(cache, key, repo, pin=pin)
@@ -205,8 +197,6 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
         if pin is None:
             say(wheelpins.unpinned_note(pkg.name, key, hit.sha256, plan.profile))
         if repo:
-            from mtpimage.ext.wheelshare import push
-
             say(f"share   {pkg.name:<16} {push(cache, key, repo, say=say)}")
         out[pkg.name] = hit
     return out
@@ -225,8 +215,6 @@ def compile_wheel(
     """Run `pkg`'s builder stage once into `tmp`: (the one wheel it left, its meta.json).
     Its output is read for progress (objects done, elapsed, estimate, compile-cache hits: a
     live line on a terminal, a line a minute in a log); the builder's own lines are said."""
-    from mtpimage.ext.compileprogress import CompileProgress
-
     context = context_for(pkg.name)
     t0 = time.monotonic()
     args = (("MTP_EXT_MAX_JOBS", str(jobs)), ("MTP_CCACHE_REMOTE", remote))
