@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from test_grad_check_cpu import OLD_CP_RECOMPUTE, WHEELS  # noqa: E402  (one home for the pins)
 
 from mtpimage.assembly.render import render  # noqa: E402
+from mtpimage.commands.load import plan_for  # noqa: E402
 from mtpimage.manifests import manifest  # noqa: E402
-from mtpimage.plan.load import plan_for  # noqa: E402
 
 OUT = ROOT / "build" / "device" / "gradgpu"
 EINOPS = "einops==0.8.2"

@@ -59,7 +59,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mtpimage.lock import sources  # noqa: E402
+from mtpimage import gitfetch  # noqa: E402
 
 ROOTS = (
     "verl",
@@ -283,8 +283,8 @@ def sglang_patches(profile: str, dest: Path) -> list[str]:
     diff) and checked against the lock's sha256 there."""
     from mtpimage.assembly.buildctx import patch_entries
     from mtpimage.assembly.render import render
+    from mtpimage.commands.load import plan_for
     from mtpimage.manifests import manifest
-    from mtpimage.plan.load import plan_for
 
     m = manifest.load(ROOT / "manifests")
     rendered = render(plan_for(m, profile, None), m.root)
@@ -400,7 +400,7 @@ def main() -> int:
     comps = lock["components"]
     for cname in ("megatron-lm", "megatron-bridge", "mbridge", "verl"):
         c = comps[cname]
-        tree = sources.fetch(c["repo"], c["commit"]).path
+        tree = gitfetch.fetch(c["repo"], c["commit"]).path
         tarball = files / f"src-{cname}-{c['commit'][:12]}.tar.gz"
         if not tarball.is_file():
             subprocess.run(
