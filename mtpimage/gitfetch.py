@@ -213,6 +213,10 @@ def _allow_missing() -> bool:
     return settings.current().git_allow_missing_blobs
 
 
+# the commit just fetched, checked out detached (no advice printed: its stderr is read)
+CHECKOUT_FETCHED = ("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD")
+
+
 def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
     """Some mirrors (snapshots without large files) hold a commit whose trees are complete but
     some blobs are absent: git's plain fetch then dies with "unable to read <sha>". Opted in
@@ -258,16 +262,7 @@ def _partial_checkout(tmp: Path, repo: str, commit: str) -> list[str]:
                 *[f"!/{p}" for p in missing],
                 what="git sparse-checkout",
             )
-        proc = run(
-            "-c",
-            "advice.detachedHead=false",
-            "checkout",
-            "-q",
-            "--detach",
-            "FETCH_HEAD",
-            what="git checkout",
-            ok_fail=True,
-        )
+        proc = run(*CHECKOUT_FETCHED, what="git checkout", ok_fail=True)
         if proc.returncode == 0:
             return sorted(missing)
         shas = [
@@ -312,15 +307,7 @@ def fetch(repo: str, commit: str) -> Tree:
                     "fetch", "-q", "--depth", "1", "--no-tags", "--", repo, commit, what="git fetch --depth 1"
                 )
             )
-            step(
-                "-c",
-                "advice.detachedHead=false",
-                "checkout",
-                "-q",
-                "--detach",
-                "FETCH_HEAD",
-                what="git checkout",
-            )
+            step(*CHECKOUT_FETCHED, what="git checkout")
         except GitError as exc:
             if not (_allow_missing() and "unable to read" in exc.stderr.lower()):
                 raise

@@ -17,7 +17,6 @@ Then, on the device: `bash scripts/device/gradcheck-gpu.sh` (carry build/device/
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from test_grad_check_cpu import OLD_CP_RECOMPUTE, WHEELS  # noqa: E402  (one home for the pins)
+from test_grad_check_cpu import OLD_CP_RECOMPUTE, WHEELS, pinned_wheel  # noqa: E402  (one home for the pins)
 
 from mtpimage.assembly.render import render  # noqa: E402
 from mtpimage.commands.load import plan_for  # noqa: E402
@@ -62,12 +61,7 @@ def _pip_download(spec: str, dest: Path) -> None:
 
 def _site(dest: Path, cache: Path) -> None:
     for filename, sha, project in WHEELS:
-        wheel = cache / filename
-        if not wheel.is_file() or hashlib.sha256(wheel.read_bytes()).hexdigest() != sha:
-            name, version = filename.split("-")[:2]
-            _pip_download(f"{name}=={version}", cache)
-        if hashlib.sha256(wheel.read_bytes()).hexdigest() != sha:
-            raise SystemExit(f"{filename}: sha256 differs from the pin {sha}")
+        wheel = pinned_wheel(Path(sys.executable), filename, sha, cache)
         top = "megatron/" if project == "megatron-core" else "verl/"
         with zipfile.ZipFile(wheel) as z:
             z.extractall(dest, [n for n in z.namelist() if n.startswith(top)])

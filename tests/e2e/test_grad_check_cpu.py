@@ -56,7 +56,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _pinned_wheel(python: Path, filename: str, sha: str, dest: Path) -> Path:
+def pinned_wheel(python: Path, filename: str, sha: str, dest: Path) -> Path:
     """One distribution file by its sha256, through pip's configured index (a site's mirror too)."""
     path = dest / filename
     if not (path.is_file() and _sha256(path) == sha):
@@ -102,7 +102,7 @@ def grad_env() -> tuple[Path, Path]:
         )
         site.mkdir(exist_ok=True)
         for filename, sha, project in WHEELS:
-            wheel = _pinned_wheel(python, filename, sha, root)
+            wheel = pinned_wheel(python, filename, sha, root)
             with zipfile.ZipFile(wheel) as z:
                 top = "megatron/" if project == "megatron-core" else "verl/"
                 z.extractall(site, [n for n in z.namelist() if n.startswith(top)])
