@@ -132,10 +132,20 @@ def clean(listing: Path) -> None:
                 capture_output=True,
                 timeout=900,
             )
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
     listing.unlink(missing_ok=True)
+
+
+def _remove(path: str) -> None:
+    """rmtree, again until the path is gone: a process that does not name the path (so was not
+    ended) can still write into it while it is removed, and the last rmdir then fails with
+    ENOTEMPTY. A fresh-clone CI run under load left two empty temp dirs with the listing gone,
+    which fits that (not reproduced in isolation)."""
+    deadline = time.monotonic() + GRACE
+    shutil.rmtree(path, ignore_errors=True)
+    while os.path.lexists(path) and time.monotonic() < deadline:
+        time.sleep(POLL)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
