@@ -3,7 +3,8 @@
     published image (registry) --manifest, config--> plan match? --no--> PlanMismatch (exit 1)
     every layer blob --download, decompress--> its config's diff ID? --no--> NotDescribed (exit 1)
     plan --render, clean rebuild (engine.reproducible())--> normalised OCI layout
-    compare: every layer (diff ID and manifest digest), the config, the manifest
+        --compress as the published layers are (layercompress.py)--> the rebuild's published form
+    compare: every layer (its diff ID, then its compressed blob), the config, the manifest
 
 One line per layer; for a layer that differs, the files that differ and why (`explain`).
 The rebuild takes the published image's provenance labels (PROVENANCE: who built it, from
@@ -26,7 +27,7 @@ from mtpimage import engine
 from mtpimage.assembly.pipeline import BuildOptions, build_request
 from mtpimage.assembly.render import render
 from mtpimage.assembly.versionvector import LABEL_NS
-from mtpimage.engine import ocilayout
+from mtpimage.engine import layercompress, ocilayout
 from mtpimage.errors import EXIT_RULES, BuilderError, DecodeProblem, EnvironmentProblem, InputError
 from mtpimage.imageref import ImageRef, Registry
 from mtpimage.plan.model import Plan
@@ -87,10 +88,18 @@ class LayerResult:
     rebuilt: str | None  # None: the rebuild has fewer layers
     files: list[tuple[str, str, str]] = field(default_factory=list)  # (path, what, why)
     media: str | None = None  # "media type X does not match the bytes (...)"
+    # the compressed blob: the published one and the rebuild's in the same format (None: the
+    # rebuild was not compressed, the published layers being in no format this tool writes)
+    blob: str = ""
+    rebuilt_blob: str | None = None
 
     @property
     def same(self) -> bool:
         return self.published == self.rebuilt
+
+    @property
+    def blob_same(self) -> bool:
+        return self.rebuilt_blob is None or self.blob == self.rebuilt_blob
 
 
 @dataclass
@@ -101,6 +110,10 @@ class Report:
     config_same: bool
     layers: list[LayerResult]
     extra_layers: int  # layers only the rebuild has
+    # how the published layers are compressed, as the manifest says (its annotation) or, with
+    # none, as their media types say ("" when in no format this tool writes)
+    compression: str = ""
+    made_here: bool = True  # the manifest says this tool compressed its layers (or none are)
 
     @property
     def media(self) -> list[LayerResult]:
@@ -255,8 +268,7 @@ def check_blobs(
                 raise DecodeProblem(
                     f"--image {pinned}: layer {i} (blob {desc['digest']}, media type "
                     f"{desc.get('mediaType') or '(none)'}) cannot be decoded: {exc}; nothing was rebuilt "
-                    "(fix: the image's layer is damaged or in a form verify does not read: push it again "
-                    "with --engine buildah, which writes uncompressed tars)"
+                    "(fix: the image's layer is damaged: push it again from a build with --engine buildah)"
                 ) from None
             if got != desc["digest"]:
                 raise EnvironmentProblem(
@@ -333,12 +345,27 @@ def run(
             plan, rendered, options, say, labels={f"{LABEL_NS}.identity": rendered.identity, **keep}
         )
         layout = engine.reproducible().build_layout(req, tmpdir / "rebuilt", echo=False)
-        return compare(client, ref, digest, manifest, config, layout, tmpdir, media)
+        return compare(
+            client, ref, digest, manifest, config, published_form(layout, manifest, say), tmpdir, media
+        )
+
+
+def published_form(layout, manifest: dict, say: Say) -> layercompress.Form | ocilayout.Layout:
+    """The rebuild in the published image's layer format (layercompress.py, with this
+    checkout's settings for that format), so that blobs and manifest compare byte for byte; the
+    layout as it is when the published layers are in no format this tool writes."""
+    c = layercompress.of_manifest(manifest)
+    if c is None:
+        return layout
+    return layercompress.form(layout, c, say=say)
 
 
 def compare(
-    client, ref: ImageRef, digest: str, manifest: dict, config: dict, layout, tmp: Path, media=None
+    client, ref: ImageRef, digest: str, manifest: dict, config: dict, rebuilt, tmp: Path, media=None
 ) -> Report:
+    """`rebuilt`: the rebuild's Form in the published format, or its bare Layout."""
+    layout = rebuilt.layout if isinstance(rebuilt, layercompress.Form) else rebuilt
+    blobs = [d["digest"] for d in rebuilt.manifest["layers"]] if rebuilt is not layout else []
     mine = layout.diff_ids
     theirs = list((config.get("rootfs") or {}).get("diff_ids") or [])
     names = instructions(config)
@@ -351,6 +378,8 @@ def compare(
             diff_id,
             mine[i] if i < len(mine) else None,
             media=(media or {}).get(i + 1),
+            blob=manifest["layers"][i]["digest"],
+            rebuilt_blob=blobs[i] if i < len(blobs) else None,
         )
         if not row.same:
             with open(tmp / "layer", "w+b") as f:
@@ -377,8 +406,17 @@ def compare(
                     ) from None
         rows.append(row)
     config_same = manifest["config"]["digest"] == layout.image_id
+    said = (manifest.get("annotations") or {}).get(layercompress.ANNOTATION)
+    c = layercompress.of_manifest(manifest)
     return Report(
-        str(ref.pinned(digest)), digest, layout.digest, config_same, rows, max(0, len(mine) - len(theirs))
+        str(ref.pinned(digest)),
+        digest,
+        rebuilt.digest if isinstance(rebuilt, layercompress.Form) else layout.digest,
+        config_same,
+        rows,
+        max(0, len(mine) - len(theirs)),
+        compression=said or (c.name if c else ""),
+        made_here=c is None or not c.compresses or said is not None,
     )
 
 
@@ -399,6 +437,10 @@ def lines(report: Report) -> list[str]:
         out.append(f"{text}  {row.instruction}")
         if row.media:
             out.append(f"    {row.media}")
+        if row.same and not row.blob_same:
+            out.append(
+                f"    same content, other {report.compression} bytes: blob {row.blob[:19]} != {row.rebuilt_blob[:19]}"
+            )
         for path, what, reason in row.files[:MAX_FILES]:
             out.append(f"    {path}: {what}: {reason}")
         if len(row.files) > MAX_FILES:
@@ -408,6 +450,13 @@ def lines(report: Report) -> list[str]:
             f"layer  +{report.extra_layers}  DIFFERS  the rebuild has {report.extra_layers} more layers"
         )
     out.append(f"config         {'same   ' if report.config_same else 'DIFFERS'}")
+    if report.compression:
+        blobs = [r for r in report.layers if r.rebuilt_blob is not None]
+        state = "same   " if all(r.blob_same for r in blobs) else "DIFFERS"
+        out.append(
+            f"blobs          {state}  {report.compression}"
+            + ("" if report.made_here else " (not compressed by this tool)")
+        )
     state = "same   " if report.ok else "DIFFERS"
     out.append(f"manifest       {state}  {report.published_digest}  rebuilt {report.rebuilt_digest}")
     return out
@@ -430,8 +479,20 @@ def verdict(report: Report) -> None:
         what = "every layer is the same but the config differs (labels, environment or history)"
     elif report.media:
         what = "every layer and the config are the same but the manifest differs"
+    elif not report.made_here:
+        what = (
+            f"every layer's content and the config are the same, but its {report.compression} layers were "
+            "not compressed by this tool (pushed by another engine or client), so their bytes and the "
+            "manifest differ"
+        )
+    elif any(not r.blob_same for r in report.layers):
+        first = next(r for r in report.layers if not r.blob_same)
+        what = (
+            f"every layer's content and the config are the same, but the compressed blobs differ (first: "
+            f"layer {first.index}, {report.compression}: this machine's compressor writes other bytes)"
+        )
     else:
-        what = "every layer and the config are the same but the manifest differs (compressed layers: not pushed by the reproducible engine)"
+        what = "every layer, blob and the config are the same but the manifest differs (its annotations or media types)"
     if report.media:
         first = report.media[0]
         what += f"; layer {first.index}'s {first.media}" + (

@@ -21,7 +21,7 @@ from mtpimage.assembly.buildctx import write_context
 from mtpimage.assembly.pipeline import BuildOptions, TestsFailed, build_image, run_tests
 from mtpimage.assembly.render import render
 from mtpimage.commands.load import load_for, plan_for, substitutions_of
-from mtpimage.engine import ENGINES
+from mtpimage.engine import ENGINES, layercompress
 from mtpimage.engine.containerengine import SECRET_LIMITS
 from mtpimage.manifests import inputfile
 from mtpimage.mirrors import Mirrors
@@ -77,7 +77,7 @@ def build_options_from_args(args) -> BuildOptions:
     MTP_ENGINE, else docker) and passed on in them."""
     check_secret_files(args)
     return BuildOptions(
-        engine=engine.named(getattr(args, "engine", None)),
+        engine=engine.named(getattr(args, "engine", None), getattr(args, "compression", None)),
         mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)),
         ca_bundle=getattr(args, "ca_bundle", None),
         netrc=getattr(args, "netrc", None),
@@ -189,6 +189,15 @@ def add_build_arguments(p: argparse.ArgumentParser, main: bool) -> None:
         const="buildah",
         default=d,
         help="the same as --engine buildah",
+    )
+    p.add_argument(
+        "--compression",
+        default=d,
+        choices=list(layercompress.formats()),
+        help="how pushed layers are compressed: gzip (the default; every client), zstd (enroot 4.0+, "
+        "Apptainer 1.4+, podman, docker 23+; not Debian 12's docker) or none. The reproducible engine "
+        "compresses with the tool's pinned zlib or libzstd, so each format has one digest anywhere; "
+        "the docker engine pushes dockerd's gzip",
     )
     p.add_argument(
         "--no-cache",

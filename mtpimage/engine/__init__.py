@@ -9,6 +9,7 @@ or opens the engine's socket (tests/unit/test_imports.py holds to that).
     buildahengine.py    the reproducible engine: buildah builds bit for bit, dockerd runs
     buildstream.py      a build CLI's run with the context on stdin, its output read line by line
     ocilayout.py        its image form: a normalised OCI layout (and `docker load`'s tar)
+    layercompress.py    the layout's published forms: layers compressed by the tool (gzip, zstd)
     dockersocket.py     the fast path's one stdlib-only question on the engine's socket
 
 Which engine builds is picked by name once, where the command line is read: `named(flag)`
@@ -22,6 +23,7 @@ so what a function builds with is in its signature.
 from __future__ import annotations
 
 from mtpimage import settings
+from mtpimage.engine import layercompress
 from mtpimage.engine.buildahengine import BuildahEngine
 from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, imported from here by its users
     BuildFailed,
@@ -47,12 +49,20 @@ def name(flag: str | None = None) -> str:
     return chosen
 
 
-def named(flag: str | None = None) -> ContainerEngine:
-    """The engine called name(flag). Each module is imported only when chosen: a docker run
-    never loads buildah's."""
+def named(flag: str | None = None, compression: str | None = None) -> ContainerEngine:
+    """The engine called name(flag), publishing layers in `compression` (--compression; None:
+    compression.yaml's default). The Docker engine pushes its own gzip layers: another format
+    is refused there in one line (only the reproducible engine compresses with the tool's
+    pinned compressor, layercompress.py)."""
     if name(flag) == "buildah":
-        return BuildahEngine()
-
+        return BuildahEngine(compression=layercompress.named(compression))
+    if compression is not None and compression != "gzip":
+        raise InputError(
+            "--compression",
+            compression,
+            "the docker engine pushes the gzip layers dockerd makes",
+            "build with --reproducible (--engine buildah) to publish zstd or uncompressed layers",
+        )
     return DockerEngine()
 
 

@@ -48,7 +48,7 @@ from functools import cache
 from pathlib import Path
 
 from mtpimage import children, janitor, settings
-from mtpimage.engine import buildlog, ocilayout
+from mtpimage.engine import buildlog, layercompress, ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -212,8 +212,13 @@ class BuildahEngine(ContainerEngine):
     # pull that fails says why itself (_pull_base)
     needs_local_base = False
 
-    def __init__(self, docker: DockerEngine | None = None):
+    def __init__(
+        self, docker: DockerEngine | None = None, compression: layercompress.Compression | None = None
+    ):
         self.docker = docker or DockerEngine()  # dockerd: where the built image is loaded and run
+        # how pushed layers are compressed (--compression; layercompress.py): the layout keeps
+        # tars, a push uploads the form in this format
+        self.compression = compression or layercompress.named(None)
 
     def describe(self) -> str:
         cli, version = buildah_cli()
@@ -370,26 +375,39 @@ class BuildahEngine(ContainerEngine):
         found = self.docker.image_id(ref)
         return found if found and self.layout_of(found).is_dir() else None
 
-    def push(self, ref: str) -> None:
-        """Upload the layout's blobs and manifest as they are: the registry's digest is the
-        layout's, whatever compressor or blob cache another tool would have used."""
+    def published_form(self, ref: str) -> layercompress.Form | None:
+        """The image `ref` names as this engine publishes it (its layers in this engine's
+        compression, made once and kept in the layout), or None when it is not this engine's."""
         found = self.docker.image_id(ref)
         if found is None or not self.layout_of(found).is_dir():
+            return None
+        return layercompress.form(
+            ocilayout.read(self.layout_of(found)),
+            self.compression,
+            say=lambda line: print(f"{line}", file=sys.stderr, flush=True),
+        )
+
+    def push(self, ref: str) -> None:
+        """Upload the published form's blobs and manifest as they are: the registry's digest is
+        the form's, made by the tool's pinned compressor (layercompress.py), whatever compressor
+        or blob cache another tool would have used."""
+        published = self.published_form(ref)
+        if published is None:
             raise PushFailed(
                 ref,
                 "no reproducible build of this image here (fix: build it with --engine buildah)",
                 False,
                 "push",
             )
-        layout = ocilayout.read(self.layout_of(found))
+        manifest = published.manifest
         target = ImageRef.parse(ref)
         client = RegistryClient(Registry(target.host, ""))
         try:
-            for desc in [*layout.manifest["layers"], layout.manifest["config"]]:
+            for desc in [*manifest["layers"], manifest["config"]]:
                 if not client.blob_exists(target.path, desc["digest"]):
-                    client.upload_blob(target.path, desc["digest"], layout.blob(desc["digest"]))
+                    client.upload_blob(target.path, desc["digest"], published.blob(desc["digest"]))
             client.put_manifest(
-                target.path, target.tag or "latest", layout.manifest_bytes, ocilayout.OCI_MANIFEST
+                target.path, target.tag or "latest", published.manifest_bytes, ocilayout.OCI_MANIFEST
             )
         except RegistryUnreachable as exc:
             raise PushFailed(ref, str(exc), True, "push") from None

@@ -1,5 +1,5 @@
 """The reproducible engine's image form: an OCI image layout, normalised so that its bytes
-depend on the image's content alone (standard library only).
+depend on the image's content alone (the standard library, and zstandard to read zstd layers).
 
 buildah writes the layout (`buildah push --disable-compression IMAGE oci:DIR`); `normalise`
 then makes the config and manifest canonical:
@@ -196,10 +196,27 @@ def docker_archive(layout: Layout) -> Iterator[bytes]:
 Member = tuple  # (type, mode, uid, gid, size, sha256 of the content, link target, mtime)
 
 
+def _zstandard():
+    # deferred: import cost: the fast path imports mtpimage.engine with the standard library alone
+    import zstandard
+
+    return zstandard
+
+
+def layer_stream(fileobj):
+    """The uncompressed tar stream of a layer blob, whatever its form (read from its first
+    bytes): tarfile reads tar and gzip itself, not zstd."""
+    head = fileobj.read(len(ZSTD_MAGIC))
+    fileobj.seek(-len(head), 1)
+    if head == ZSTD_MAGIC:
+        return _zstandard().ZstdDecompressor().stream_reader(fileobj, read_across_frames=True, closefd=False)
+    return fileobj
+
+
 def members(fileobj) -> dict[str, Member]:
     """Every entry of a layer tar with what makes it differ: metadata and content hash."""
     out: dict[str, Member] = {}
-    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+    with tarfile.open(fileobj=layer_stream(fileobj), mode="r|*") as tar:
         for m in tar:
             digest = ""
             if m.isfile():
@@ -260,8 +277,7 @@ def declared_form(media_type: str) -> str | None:
 
 
 class Undecodable(ValueError):
-    """A blob's bytes cannot be read as a layer: a corrupt gzip stream, or zstd (which the
-    standard library does not decode)."""
+    """A blob's bytes cannot be read as a layer: a corrupt gzip or zstd stream."""
 
 
 class UncompressedDigest:
@@ -296,7 +312,7 @@ class UncompressedDigest:
             self.form, self._z = "gzip", zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif head.startswith(ZSTD_MAGIC):
             self.form = "zstd"
-            raise Undecodable("the blob is a zstd stream, which verify cannot decompress")
+            self._z = _zstandard().ZstdDecompressor().decompressobj()
         else:
             self.form = "tar"
         self._feed(head)
@@ -306,14 +322,17 @@ class UncompressedDigest:
             self._hash.update(data)
             return
         try:
-            while data:  # a gzip stream of several members: each one after the last
+            while data:  # a stream of several gzip members or zstd frames: each one after the last
+                if self._z.eof:
+                    self._z = (
+                        _zstandard().ZstdDecompressor().decompressobj()
+                        if self.form == "zstd"
+                        else zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    )
                 self._hash.update(self._z.decompress(data))
-                if not self._z.eof:
-                    break
-                data = self._z.unused_data
-                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        except zlib.error as exc:
-            raise Undecodable(f"the gzip stream is corrupt ({exc})") from None
+                data = self._z.unused_data if self._z.eof else b""
+        except (zlib.error, _zstandard().ZstdError) as exc:
+            raise Undecodable(f"the {self.form} stream is corrupt ({exc})") from None
 
     def write(self, data: bytes) -> int:
         n = len(data)
@@ -333,8 +352,10 @@ class UncompressedDigest:
         if self._z is not None:
             try:
                 self._hash.update(self._z.flush())
-            except zlib.error as exc:
-                raise Undecodable(f"the gzip stream is corrupt ({exc})") from None
+            except (zlib.error, _zstandard().ZstdError) as exc:
+                raise Undecodable(f"the {self.form} stream is corrupt ({exc})") from None
+            if self.form == "zstd" and not self._z.eof:
+                raise Undecodable("the zstd stream is cut short (its last frame does not end)")
         return "sha256:" + self._hash.hexdigest()
 
     @property

@@ -51,7 +51,7 @@ def published(world, tmp_path_factory) -> dict:
     return _build_and_push(world, f"repro-a-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("repro-a"))
 
 
-def _build_and_push(world, ns: str, tmp_path) -> dict:
+def _build_and_push(world, ns: str, tmp_path, *more: str, built: bool = True) -> dict:
     summary = tmp_path / f"{ns}.json"
     proc = world_cli(
         world,
@@ -62,11 +62,11 @@ def _build_and_push(world, ns: str, tmp_path) -> dict:
         f"{world['host'].registry}/{ns}",
         "--summary-file",
         str(summary),
+        *more,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert (
-        "buildah" in proc.stdout and "PASS   versions" in proc.stdout
-    )  # built by buildah, checked in dockerd
+    if built:  # built by buildah, checked in dockerd
+        assert "buildah" in proc.stdout and "PASS   versions" in proc.stdout
     return json.loads(summary.read_text())
 
 
@@ -123,11 +123,11 @@ def _tamper(host: str, ns: str, tag: str) -> tuple[str, str]:
     attacker with push rights would; -> (the file changed, the new digest)."""
     base, manifest, config = _image(host, ns, tag)
     index, new, changed = _verl_tampered(base, manifest)
-    digest = _upload(base, new)
-    config["rootfs"]["diff_ids"][index] = digest
+    config["rootfs"]["diff_ids"][index] = "sha256:" + hashlib.sha256(new).hexdigest()
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
-    manifest["layers"][index].update(digest=digest, size=len(new))
+    blob = gzip.compress(new, mtime=0)  # in the image's own format (gzip by default)
+    manifest["layers"][index].update(digest=_upload(base, blob), size=len(blob))
     return changed, _put(base, tag, manifest)
 
 
@@ -158,7 +158,13 @@ def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published)
     layer_lines = [line for line in proc.stdout.splitlines() if line.startswith("layer ")]
     assert len(layer_lines) >= 8 and all(" same " in line for line in layer_lines), proc.stdout
     assert f"manifest       same     {first['digest']}" in proc.stdout
+    assert "blobs          same     gzip zlib level 6" in proc.stdout, proc.stdout
     assert proc.stdout.rstrip().splitlines()[-1].startswith("identical: ")
+    # published compressed (issue #48): gzip layers the tool made, said in the manifest
+    _, manifest, config = _image(host, *_ns_digest(first))
+    assert {d["mediaType"] for d in manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+gzip"}
+    assert manifest["annotations"] == {"org.mtp-image-builder.layer-compression": "gzip zlib level 6"}
+    assert not {d["digest"] for d in manifest["layers"]} & set(config["rootfs"]["diff_ids"])
 
     # a file changed in one layer, pushed under the same tag: verify names the layer and file
     ns, tag = first["references"][0].split("/", 1)[1].split("/mtp-verl:")
@@ -171,6 +177,42 @@ def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "1 of" in errors[0] and changed in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_zstd_layers_have_one_digest_anywhere(world, published, tmp_path_factory):
+    """Issue #48: the same image published with --compression zstd (from the layout the first
+    build kept: nothing is built again) is zstd layers the tool made with its pinned libzstd;
+    verify's clean rebuild elsewhere (other cache, umask, time zone, locale) compresses its
+    layers the same way and gets the same blobs and manifest digest. Its config is the gzip
+    image's: only the layer bytes differ."""
+    host = world["host"].registry
+    ns = f"repro-z-{uuid.uuid4().hex[:6]}"
+    zstd = _build_and_push(
+        world, ns, tmp_path_factory.mktemp("repro-z"), "--compression", "zstd", built=False
+    )
+    assert zstd["digest"] != published["digest"]
+    _, manifest, _ = _image(host, ns, zstd["digest"])
+    _, gz, _ = _image(host, *_ns_digest(published))
+    assert {d["mediaType"] for d in manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    assert manifest["annotations"] == {"org.mtp-image-builder.layer-compression": "zstd libzstd level 9"}
+    assert manifest["config"] == gz["config"]
+    zsize, gsize = (sum(d["size"] for d in m["layers"]) for m in (manifest, gz))
+    assert zsize < gsize, (zsize, gsize)
+    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
+    try:
+        proc = _run_elsewhere(
+            world,
+            ["verify", "--profile", PROFILE, "--image", f"{host}/{ns}/mtp-verl@{zstd['digest']}"],
+            elsewhere / "cache",
+            "027",
+            "America/Sao_Paulo",
+            "C.UTF-8",
+        )
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert f"manifest       same     {zstd['digest']}" in proc.stdout, proc.stdout
+    assert "blobs          same     zstd libzstd level 9" in proc.stdout, proc.stdout
 
 
 def test_verify_refuses_an_image_of_another_plan(world, published):
@@ -278,6 +320,14 @@ def test_verify_names_the_file_of_a_docker_commit_pushed_by_docker(world, publis
     config["author"] = f"mtp e2e {uuid.uuid4().hex[:8]}"
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     manifest["config"].update(digest=_upload(base, config_bytes), size=len(config_bytes))
+    # its layers as uncompressed tars (as `--compression none` publishes them): docker 20.10
+    # pulls them and pushes them back under a gzip media type
+    manifest.pop("annotations", None)
+    for desc in manifest["layers"]:
+        tar = gzip.decompress(_http(f"{base}/blobs/{desc['digest']}")[0])
+        desc.update(
+            digest=_upload(base, tar), size=len(tar), mediaType="application/vnd.oci.image.layer.v1.tar"
+        )
     pinned = f"{host.registry}/{ns}/mtp-verl@{_put(base, 'pulled', manifest)}"
     committed = f"{host.registry}/{ns}/mtp-verl:committed"
     name = f"mtp-commit-{uuid.uuid4().hex[:8]}"
