@@ -402,6 +402,12 @@ def _builds(cat: dict, key: str):
     return (cat.get("builds") or {}).get(key, schema.default(COMPONENTS, "builds", key))
 
 
+def cuda_archs(cat: dict, profile: dict) -> list[str]:
+    """The GPU architectures the compiled extensions target: the profile's builds.cuda_archs
+    (its own file, a parent's, or --set), else the catalogue's builds.cuda_archs."""
+    return (profile.get("builds") or {}).get("cuda_archs") or _builds(cat, "cuda_archs")
+
+
 def _component(name: str, c: dict) -> Component:
     """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
     return Component(
@@ -510,7 +516,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             (e["package"], " ".join(e["why"].split()))
             for e in (cat.get("resolution") or {}).get("sdists", [])
         ),
-        cuda_archs=tuple(_builds(cat, "cuda_archs")) if any(p.build for p in packages) else (),
+        cuda_archs=tuple(cuda_archs(cat, data)) if any(p.build for p in packages) else (),
         routes=tuple(
             (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
             for r in (cat.get("resolution") or {}).get("routes", [])
