@@ -88,6 +88,24 @@ def compiled_archs(extensions: tuple[dict, ...] | list[dict]) -> tuple[str, ...]
     return tuple(a for a in extensions[0]["archs"] if a in common)
 
 
+def served(archs: tuple[str, ...]) -> str:
+    """The GPUs an image whose compiled extensions carry `archs` runs on, for the job scripts'
+    heads and `explain`: each architecture with its compute capabilities and GPUs
+    (drivers.yaml generations; a value it does not list by CUDA's rule alone)."""
+    known = _facts().get("generations") or {}
+    out = []
+    for arch in archs:
+        row = known.get(arch)
+        if row:
+            out.append(f"sm_{arch} (compute capability {row['compute_capability']}: {row['gpus']})")
+        else:
+            digits = arch.rstrip("af")
+            major, minor = digits[:-1], digits[-1]
+            runs = f"{major}.{minor} only" if arch.endswith("a") else f"{major}.{minor} or a later {major}.x"
+            out.append(f"sm_{arch} (compute capability {runs})")
+    return ", ".join(out)
+
+
 def facts_text(n: DriverNeed, archs: tuple[str, ...] = (), profile: str = "") -> str:
     """/opt/mtp/runtime/driver.facts, as driver-check.sh reads it; with the image's compiled
     architectures (issue 49) where it has compiled extensions, and the profile its fix names.

@@ -378,3 +378,32 @@ def test_the_docs_table_names_both_generations():
     assert "to be measured" in section
     facts = yaml.safe_load((REPO / "mtpimage" / "data" / "rules.yaml").read_text())["facts"]
     assert "gpu_archs" in facts
+
+
+# ------------------------------------------------------------------------ explain and the heads
+def test_explain_names_the_gpus_the_image_serves():
+    proc = run_main("explain", "--profile", PROFILE, "--target", "rl", "--set", BOTH[0])
+    assert proc.returncode == 0, proc.stderr
+    [line] = [x for x in proc.stdout.splitlines() if x.startswith("# GPUs: ")]
+    assert line.startswith(
+        "# GPUs: sm_90 (compute capability 9.0: H100, H200, H20, H800, GH200), "
+        "sm_100 (compute capability 10.0, 10.3: B200, GB200, B300, GB300): "
+    )
+    data = json.loads(run_main("explain", "--profile", PROFILE, "--target", "rl", "--json").stdout)
+    assert data["cuda_archs"] == ["90"]
+    bare = run_main("--manifests", "tests/manifests", "explain", "--profile", "test-detach", "--target", "rl")
+    assert bare.returncode == 0 and "# GPUs: " not in bare.stdout  # no compiled extensions
+
+
+def test_the_job_scripts_heads_state_the_gpus():
+    from mtpimage.outputs.jobscripts import job_script
+
+    text = job_script(_plan(BOTH), "rl", "slurm", "ghcr.io", "acme/mtp-verl", "sha256:" + "ab" * 32)
+    assert (
+        "# prerequisite: GPUs the image's compiled extensions carry code for: sm_90 (compute "
+        "capability 9.0: H100, H200, H20, H800, GH200), sm_100 (compute capability 10.0, 10.3: "
+        "B200, GB200, B300, GB300); the preflight refuses any other"
+    ) in text
+    assert driver.served(("120", "90a")) == (
+        "sm_120 (compute capability 12.0 or a later 12.x), sm_90a (compute capability 9.0 only)"
+    )
