@@ -72,7 +72,8 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
         dest="sets",
         metavar="COMPONENT.FIELD=VALUE",
         default=d if sub else None,
-        help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)",
+        help="override a pin for this run, e.g. --set megatron-lm.commit=<sha>, or the GPU "
+        "architectures: --set builds.cuda_archs=90,100 (repeatable)",
     )
     p.add_argument("--json", action="store_true", default=d if sub else False, help="machine-readable output")
     # The substitutions change the plan and so the identity: flags of their own, each with its
