@@ -225,7 +225,8 @@ class Plan:
     excludes: tuple[tuple[str, str, str], ...] = ()
     sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
-    cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
+    # builds.cuda_archs (the profile's, else the catalogue's): what compiled extensions target
+    cuda_archs: tuple[str, ...] = ()
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
     # builds.against: builder stages start after its layer (the schema's default: torch)
     builds_against: str = field(default_factory=lambda: schema.default(COMPONENTS, "builds", "against"))

@@ -563,7 +563,7 @@ def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
     return Verdict(NA, f"mode {plan.mode}")
 
 
-def _pin(p) -> str:
+def extension_pin(p) -> str:
     """The pin a compiled extension's arch facts are keyed by: its git commit, else its version."""
     return p.build.commit if p.build.source == "git" else p.version
 
@@ -586,7 +586,7 @@ def extension_cuda_archs(plan: Plan, f: dict) -> Verdict:
     else:
         fail += [f"nvcc of CUDA {line} cannot compile sm_{a}" for a in archs if a not in nvcc["archs"]]
     for p in built:
-        pin = _pin(p)
+        pin = extension_pin(p)
         shown_pin = pin[:8] if p.build.source == "git" else pin
         known = (facts_g["extensions"].get(p.name) or {}).get(pin)
         if known is None:

@@ -171,7 +171,7 @@ def test_the_facts_name_a_reason_and_a_link_for_every_pin():
             assert fact["ref"] and fact["link"].startswith("https://") and fact["ptx"] is False
     # every compiled extension the shipped profiles build has a record at its pin
     for p in extensions.built(_plan()):
-        assert rules._pin(p) in facts["extensions"][p.name], p.name
+        assert rules.extension_pin(p) in facts["extensions"][p.name], p.name
 
 
 # ------------------------------------------------------------------------ the image's record
@@ -407,3 +407,13 @@ def test_the_job_scripts_heads_state_the_gpus():
     assert driver.served(("120", "90a")) == (
         "sm_120 (compute capability 12.0 or a later 12.x), sm_90a (compute capability 9.0 only)"
     )
+
+
+def test_diff_shows_the_architectures_of_two_images(tmp_path):
+    proc = run_main("diff", PROFILE, PROFILE, "--set", BOTH[0])
+    assert proc.returncode == 0, proc.stderr
+    assert "cuda_archs" in proc.stdout and '["90", "100"]' in proc.stdout, proc.stdout
+    vector = tmp_path / "version.json"
+    vector.write_bytes(_rendered(BOTH).files["mtp/version.json"])
+    same = run_main("diff", PROFILE, str(vector), "--set-a", BOTH[0])  # a profile against an image's file
+    assert same.returncode == 0 and "cuda_archs" not in same.stdout, same.stdout
