@@ -14,6 +14,7 @@ GPUs held to them before the trainer starts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -50,8 +51,23 @@ def _rendered(sets=None, root=None, profile=PROFILE):
     return render(plan_for(m, profile, sets), m.root)
 
 
+def _known_pins(plan):
+    """The plan with each git-built extension (apex: its master moves weekly) at a commit the
+    arch facts record, so a bump of the shipped pin changes no test here (docs/extending.md,
+    "Bump a pin"); a bumped pin nobody read is `unknown` in `check`, as it should be."""
+    known = rules.facts()["gpu_archs"]["extensions"]
+    packages = tuple(
+        dataclasses.replace(p, build=dataclasses.replace(p.build, commit=next(iter(known[p.name]))))
+        if p.build is not None and p.build.source == "git"
+        else p
+        for p in plan.packages
+    )
+    return dataclasses.replace(plan, packages=packages)
+
+
 def _verdict(sets=None, root=None, profile=PROFILE, f=None):
-    [r] = [r for r in rules.evaluate(_plan(sets, root, profile), f=f) if r.rule.id == "extension-cuda-archs"]
+    plan = _known_pins(_plan(sets, root, profile))
+    [r] = [r for r in rules.evaluate(plan, f=f) if r.rule.id == "extension-cuda-archs"]
     return r
 
 
@@ -169,9 +185,8 @@ def test_the_facts_name_a_reason_and_a_link_for_every_pin():
         for pin, fact in pins.items():
             assert fact["archs"] in ("torch", "none") or {"90", "100"} <= set(fact["archs"]), (name, pin)
             assert fact["ref"] and fact["link"].startswith("https://") and fact["ptx"] is False
-    # every compiled extension the shipped profiles build has a record at its pin
-    for p in extensions.built(_plan()):
-        assert rules.extension_pin(p) in facts["extensions"][p.name], p.name
+    # every compiled extension the shipped profiles build has records (at which pins: `check`)
+    assert {p.name for p in extensions.built(_plan())} == set(facts["extensions"])
 
 
 # ------------------------------------------------------------------------ the image's record
