@@ -340,17 +340,19 @@ def test_an_image_built_for_sm_90_and_sm_100_runs_on_a_b200(world, first, tmp_pa
     proc = world_cli(world, "--profile", FIRST, "--set", "builds.cuda_archs=90,100")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     [image] = re.findall(r"(mtp-verl:test-detach-[0-9a-f]{12})", proc.stdout)[:1]
-    assert image != first["image"]  # another identity, and another wheel (its key has the archs)
-    assert re.search(rf"^compile {NAME} ", proc.stdout, re.M)
-    archs = _in_image(world, image, "python", "-c", f"import {MODULE} as m; print(m.archs())")
-    assert archs.stdout.strip() == "90;100"  # both reached the compiler
-    node = _gpu_node(world, image, tmp_path)
     try:
+        assert image != first["image"]  # another identity, and another wheel (its key has the archs)
+        assert re.search(rf"^compile {NAME} ", proc.stdout, re.M)
+        archs = _in_image(world, image, "python", "-c", f"import {MODULE} as m; print(m.archs())")
+        assert archs.stdout.strip() == "90;100"  # both reached the compiler
+        node = _gpu_node(world, image, tmp_path)
         ran = _on(world, node, "NVIDIA B200", "10.0")
+        world["host"].docker("image", "rm", node, check=False)
         assert ran.returncode == 0 and ran.stdout.strip() == "command ran", ran.stderr
         [line] = ran.stderr.strip().splitlines()
         assert line.endswith(
             "every GPU here (compute capability 10.0) has code among the image's sm_90, sm_100"
         )
-    finally:
-        world["host"].docker("image", "rm", node, check=False)
+    finally:  # the profile's tag back on the module's image, this one gone
+        world["host"].docker("tag", first["image"], f"mtp-verl:{FIRST}", check=False)
+        world["host"].docker("image", "rm", image, check=False)
