@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mtpimage import invocation, settings
+from mtpimage.assembly.driver import served
 from mtpimage.assembly.pipeline import base_first, base_platform, build_mirrors, check_frozen, run
 from mtpimage.assembly.render import image_of as _image_of
 from mtpimage.commands import MODULES
@@ -71,7 +72,8 @@ def _common(p: argparse.ArgumentParser, sub: bool) -> None:
         dest="sets",
         metavar="COMPONENT.FIELD=VALUE",
         default=d if sub else None,
-        help="override a pin for this run, e.g. --set megatron-lm.commit=<sha> (repeatable)",
+        help="override a pin for this run, e.g. --set megatron-lm.commit=<sha>, or the GPU "
+        "architectures: --set builds.cuda_archs=90,100 (repeatable)",
     )
     p.add_argument("--json", action="store_true", default=d if sub else False, help="machine-readable output")
     # The substitutions change the plan and so the identity: flags of their own, each with its
@@ -354,21 +356,13 @@ def cmd_explain(args) -> int:
                     "failures": failures,
                     "patches": [{"component": n, "patch": p.describe(), "url": p.url} for n, p in patches],
                     "image": image_of(plan, m.root),
+                    "cuda_archs": list(plan.cuda_archs),
                 },
                 indent=2,
             )
         )
         return done
-    print(f"# {plan.profile}: {plan.summary}")
-    print(f"# mode {plan.mode}; verl {args.target} entry point: {entry}")
-    if plan.choose_when:
-        print(f"# choose it when: {plan.choose_when}")
-    for text in guarantees:
-        print(f"# guarantees: {text.strip()}")
-    for line in recipe.lines() if recipe is not None else ():
-        print(f"# {line}")
-    print(f"# image: {image_of(plan, m.root)}")
-
+    print(_explain_head(plan, args.target, entry, guarantees, recipe, image_of(plan, m.root)))
     departures = resolution_lines(plan, args.verbose)
     if departures and not args.verbose:
         print(f"# {len(departures)} declared departures from upstream's declarations (--why shows why):")
@@ -387,6 +381,23 @@ def cmd_explain(args) -> int:
     for note in notes:
         print(f"# warning: {note}")
     return done
+
+
+def _explain_head(plan: Plan, target: str, entry: str, guarantees, recipe, image: str) -> str:
+    """explain's first lines: the profile, its entry point, when to choose it, what it
+    guarantees, its mtp-only recipe, the image and the GPUs it serves."""
+    lines = [f"# {plan.profile}: {plan.summary}", f"# mode {plan.mode}; verl {target} entry point: {entry}"]
+    if plan.choose_when:
+        lines.append(f"# choose it when: {plan.choose_when}")
+    lines += [f"# guarantees: {text.strip()}" for text in guarantees]
+    lines += [f"# {line}" for line in (recipe.lines() if recipe is not None else ())]
+    lines.append(f"# image: {image}")
+    if plan.cuda_archs:  # issue 49: the GPUs it serves, which its preflight holds a node to
+        lines.append(
+            f"# GPUs: {served(plan.cuda_archs)}: what its compiled extensions carry code for "
+            "(builds.cuda_archs); the preflight refuses any other GPU"
+        )
+    return "\n".join(lines)
 
 
 def cmd_main(args):

@@ -22,6 +22,7 @@ RUNTIME_DIR = "/opt/mtp/runtime"  # images/runtime/ in the image
 DRIVER_CHECK = f"{RUNTIME_DIR}/driver-check.sh"
 FACTS_FILE = "mtp/runtime/driver.facts"  # in the build context: /opt/mtp/runtime/driver.facts
 _FAMILY = re.compile(r"[A-Za-z0-9]+")
+_ARCH = re.compile(r"[0-9]{2,3}[af]?")  # builds.cuda_archs' pattern (components.v1.json)
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,39 @@ def need(cuda: str) -> DriverNeed:
     return DriverNeed(line, int(row["min_driver"]), str(compat["dir"]), families)
 
 
-def facts_text(n: DriverNeed) -> str:
-    """/opt/mtp/runtime/driver.facts, as driver-check.sh reads it."""
-    return (
+def compiled_archs(extensions: tuple[dict, ...] | list[dict]) -> tuple[str, ...]:
+    """The GPU architectures every compiled extension of the image carries code for, in
+    builds.cuda_archs order: the `archs` of version.json's `extensions` entries (the version
+    vector's records of them); none for an image without compiled extensions."""
+    if not extensions:
+        return ()
+    common = set.intersection(*(set(e["archs"]) for e in extensions))
+    return tuple(a for a in extensions[0]["archs"] if a in common)
+
+
+def served(archs: tuple[str, ...]) -> str:
+    """The GPUs an image whose compiled extensions carry `archs` runs on, for the job scripts'
+    heads and `explain`: each architecture with its compute capabilities and GPUs
+    (drivers.yaml generations; a value it does not list by CUDA's rule alone)."""
+    known = _facts().get("generations") or {}
+    out = []
+    for arch in archs:
+        row = known.get(arch)
+        if row:
+            out.append(f"sm_{arch} (compute capability {row['compute_capability']}: {row['gpus']})")
+        else:
+            digits = arch.rstrip("af")
+            major, minor = digits[:-1], digits[-1]
+            runs = f"{major}.{minor} only" if arch.endswith("a") else f"{major}.{minor} or a later {major}.x"
+            out.append(f"sm_{arch} (compute capability {runs})")
+    return ", ".join(out)
+
+
+def facts_text(n: DriverNeed, archs: tuple[str, ...] = (), profile: str = "") -> str:
+    """/opt/mtp/runtime/driver.facts, as driver-check.sh reads it; with the image's compiled
+    architectures (issue 49) where it has compiled extensions, and the profile its fix names.
+    An image without them keeps the bytes it always had."""
+    text = (
         "# What this image's CUDA line needs of the NVIDIA driver, for driver-check.sh.\n"
         # the module's path until issue 47 moved it to assembly/: these bytes are in every image
         # and its identity, so naming the new path would rebuild every image for a move
@@ -89,3 +120,14 @@ def facts_text(n: DriverNeed) -> str:
         f"compat_dir={n.compat_dir}\n"
         f"datacenter_gpus={n.gpu_pattern}\n"
     )
+    if archs:
+        bad = [a for a in archs if not _ARCH.fullmatch(a)]
+        if bad:  # the schema holds builds.cuda_archs to this; the shell does arithmetic on it
+            raise ValueError(f"not a CUDA architecture: {bad[0]!r}")
+        text += (
+            "# The GPU architectures its compiled extensions carry (version.json extensions' archs):\n"
+            "# a GPU of another compute capability is refused (issue 49).\n"
+            f"cuda_archs={' '.join(archs)}\n"
+            f"profile={profile}\n"
+        )
+    return text

@@ -103,7 +103,9 @@ def render(plan: Plan, manifests_root: Path, images: Path | None = None) -> Rend
     files.update(_tree(images / "checks", "mtp/checks"))
     # the entrypoint and the driver check, with what this CUDA line needs of the driver
     files.update(_tree(images / "runtime", "mtp/runtime"))
-    files[driver.FACTS_FILE] = driver.facts_text(driver.need(plan.cuda)).encode()
+    files[driver.FACTS_FILE] = driver.facts_text(
+        driver.need(plan.cuda), driver.compiled_archs(recipe.extensions), plan.profile
+    ).encode()
     for target, lines in plan.verl_cli_overrides:
         files[f"mtp/verl/{target}.overrides"] = "".join(f"{line}\n" for line in lines).encode()
     files = dict(sorted(files.items()))

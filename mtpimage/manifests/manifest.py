@@ -21,6 +21,10 @@ from mtpimage.manifests.yamlsource import SourceDoc, load_file, load_text
 
 GIT_ONLY_FIELDS = ("repo", "ref", "commit")
 NOT_INHERITED = ("name", "extends", "abstract")
+# `--set` targets that are a profile's own sections, not a component or package of its stack:
+# `--set builds.cuda_archs=90,100` sets the profile's builds.cuda_archs for one run
+PROFILE_SECTIONS = ("builds",)
+LIST_FIELDS = ("extras", "build_requires", "cuda_archs")  # --set values split at commas
 
 
 @dataclass
@@ -320,7 +324,7 @@ def parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
                     "use --set NAME.patches= or edit manifests/",
                 )
             parsed: Any = []
-        elif fld in ("extras", "build_requires"):
+        elif fld in LIST_FIELDS:
             parsed = [v for v in value.split(",") if v]
         elif fld in ("strip",):
             parsed = int(value) if value.isdigit() else value
@@ -439,6 +443,10 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
     for doc in reversed(docs):
         layer = {k: v for k, v in doc.data.items() if k not in NOT_INHERITED}
         merged = _merge(merged, layer, (), origin, doc)
+    stack_sets = parse_sets(sets or [])
+    own = {k: stack_sets.pop(k) for k in PROFILE_SECTIONS if k in stack_sets}
+    if own:  # over every file of the chain; an error in them names --set
+        merged = _merge(merged, own, (), origin, SourceDoc("--set", own))
     merged["name"] = name
     merged["abstract"] = bool(leaf.data.get("abstract", False))
     _record(name, ("name",), origin, leaf)
@@ -461,7 +469,7 @@ def resolve_profile(m: Manifests, name: str, sets: list[str] | None = None) -> R
     overridden_fields: dict[str, list[str]] = {}
     comps, pkgs = _select(m, data["stack"], where_of)
     _apply_overrides(m, name, comps, pkgs, data["stack"].get("overrides", {}), where_of, overridden_fields)
-    _apply_overrides(m, name, comps, pkgs, parse_sets(sets or []), lambda p: "--set", overridden_fields)
+    _apply_overrides(m, name, comps, pkgs, stack_sets, lambda p: "--set", overridden_fields)
     return ResolvedProfile(
         name, leaf.file, data, comps, pkgs, [d.data["name"] for d in docs], overridden_fields
     )

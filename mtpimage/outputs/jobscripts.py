@@ -48,6 +48,11 @@ def _env() -> jinja2.Environment:
 def prerequisites(plan: Plan) -> list[str]:
     # the node's driver first: the preflight checks it, but a site plans its nodes by it
     out = [driver.need(plan.cuda).prerequisite()]
+    if plan.cuda_archs:  # what its compiled extensions run on (issue 49): the preflight holds to it
+        out.append(
+            f"GPUs the image's compiled extensions carry code for: {driver.served(plan.cuda_archs)}; "
+            "the preflight refuses any other (an image for more: builds.cuda_archs)"
+        )
     if "mimo" in plan.models:
         want = verl_facts()["model_config"]["mimo"]["max_position_embeddings"]
         out.append(

@@ -4,6 +4,9 @@ job's own environment, two checks of the image run.
 - The driver check (images/runtime/driver-check.sh, issue 37): does this node's NVIDIA driver
   fit the image's CUDA line; the forward-compatibility libraries only where they are needed
   and allowed; otherwise one line (driver found, driver needed, the fix) and the job stops.
+  It also holds every GPU's compute capability to the architectures the image's compiled
+  extensions carry (issue 49): a B200 under an sm_90 image stops the job in one line naming
+  the GPU and the builds.cuda_archs that would serve it.
   Job runtimes skip the image's ENTRYPOINT (pyxis without --container-entrypoint, apptainer
   exec, KubeRay's own ray start command), so the job runs the check itself.
 - The launch-env check (images/checks/run_checks.py): users set PYTHONPATH in job scripts

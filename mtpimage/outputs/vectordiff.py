@@ -5,7 +5,7 @@ reference (the vector the image stage writes to /opt/mtp/version.json, found thr
 image's labels). Every side is first normalised into the same sections, so a profile can be
 compared with an image and plan-format dicts with version-vector-format dicts:
 
-  platform        base image (and digest), Python, CUDA, OS packages
+  platform        base image (and digest), Python, CUDA, OS packages, the compiled GPU archs
   profile         mode, experimental, targets, models, rollout engine
   engine          verl engine settings (bridge, context parallel, recompute, ...)
   components      per component: source, repo, ref, commit, version, patches, ...
@@ -136,6 +136,11 @@ def normalise(raw: dict, where: str = "version vector") -> dict:
         platform["base_platform"] = bp.get("digest") and f"{bp.get('manifest')} {bp['digest']}"
     elif "base_image" in platform:
         platform["base_platform"] = None
+    # the GPU architectures of the compiled extensions: a plan's builds.cuda_archs, a vector's
+    # per extension (each carries the same list); absent without compiled extensions
+    archs = raw.get("cuda_archs") or (raw.get("extensions") or [{}])[0].get("archs")
+    if archs:
+        platform["cuda_archs"] = list(archs)
     components = {}
     for c in raw.get("components", []):
         fields = {k: c[k] for k in COMPONENT_FIELDS if k in c}

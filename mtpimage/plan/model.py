@@ -225,7 +225,8 @@ class Plan:
     excludes: tuple[tuple[str, str, str], ...] = ()
     sdists: tuple[tuple[str, str], ...] = ()  # (package, why): the only builds from an sdist
     substitutions: tuple[tuple[str, str], ...] = ()  # (what, detail): see substitute.py
-    cuda_archs: tuple[str, ...] = ()  # builds.cuda_archs: what compiled extensions target
+    # builds.cuda_archs (the profile's, else the catalogue's): what compiled extensions target
+    cuda_archs: tuple[str, ...] = ()
     routes: tuple[tuple[str, str, str], ...] = ()  # (package, choice, why): resolution.routes
     # builds.against: builder stages start after its layer (the schema's default: torch)
     builds_against: str = field(default_factory=lambda: schema.default(COMPONENTS, "builds", "against"))
@@ -402,6 +403,12 @@ def _builds(cat: dict, key: str):
     return (cat.get("builds") or {}).get(key, schema.default(COMPONENTS, "builds", key))
 
 
+def cuda_archs(cat: dict, profile: dict) -> list[str]:
+    """The GPU architectures the compiled extensions target: the profile's builds.cuda_archs
+    (its own file, a parent's, or --set), else the catalogue's builds.cuda_archs."""
+    return (profile.get("builds") or {}).get("cuda_archs") or _builds(cat, "cuda_archs")
+
+
 def _component(name: str, c: dict) -> Component:
     """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
     return Component(
@@ -510,7 +517,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             (e["package"], " ".join(e["why"].split()))
             for e in (cat.get("resolution") or {}).get("sdists", [])
         ),
-        cuda_archs=tuple(_builds(cat, "cuda_archs")) if any(p.build for p in packages) else (),
+        cuda_archs=tuple(cuda_archs(cat, data)) if any(p.build for p in packages) else (),
         routes=tuple(
             (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
             for r in (cat.get("resolution") or {}).get("routes", [])

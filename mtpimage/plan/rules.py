@@ -563,6 +563,62 @@ def full_mode_changes_training(plan: Plan, f: dict) -> Verdict:
     return Verdict(NA, f"mode {plan.mode}")
 
 
+def extension_pin(p) -> str:
+    """The pin a compiled extension's arch facts are keyed by: its git commit, else its version."""
+    return p.build.commit if p.build.source == "git" else p.version
+
+
+@predicate
+def extension_cuda_archs(plan: Plan, f: dict) -> Verdict:
+    """builds.cuda_archs against what nvcc of the CUDA line and each compiled extension, at its
+    pin, can target (facts gpu_archs, read in the pinned build scripts)."""
+    built = [p for p in plan.packages if p.build is not None]
+    if not built or not plan.cuda_archs:
+        return Verdict(NA, "no compiled extensions")
+    archs = list(plan.cuda_archs)
+    shown = ", ".join(f"sm_{a}" for a in archs)
+    facts_g = f["gpu_archs"]
+    line = ".".join(plan.cuda.split(".")[:2])
+    fail, unknown, ok = [], [], []
+    nvcc = (facts_g["nvcc"] or {}).get(line)
+    if nvcc is None:
+        unknown.append(f"no record of what nvcc of CUDA {line} compiles for")
+    else:
+        fail += [f"nvcc of CUDA {line} cannot compile sm_{a}" for a in archs if a not in nvcc["archs"]]
+    for p in built:
+        pin = extension_pin(p)
+        shown_pin = pin[:8] if p.build.source == "git" else pin
+        known = (facts_g["extensions"].get(p.name) or {}).get(pin)
+        if known is None:
+            unknown.append(f"{p.name} {shown_pin}: no record of the architectures its build targets")
+            continue
+        targets = known["archs"]
+        how = "SASS and PTX" if known["ptx"] else "SASS only"
+        if targets == "none":
+            ok.append(f"{p.name} {shown_pin} (no device code)")
+        elif targets == "torch":
+            ok.append(f"{p.name} {shown_pin} (through TORCH_CUDA_ARCH_LIST, {how})")
+        else:
+            missing = [a for a in archs if a not in targets]
+            if missing:
+                fail.append(
+                    f"{p.name} {shown_pin} targets {', '.join(f'sm_{a}' for a in targets)} only, "
+                    f"not {', '.join(f'sm_{a}' for a in missing)}"
+                )
+            else:
+                ok.append(f"{p.name} {shown_pin} ({how})")
+    if fail:
+        return Verdict(FAIL, f"builds.cuda_archs {shown}: " + "; ".join(fail))
+    if unknown:
+        return Verdict(
+            UNKNOWN,
+            f"builds.cuda_archs {shown}: "
+            + "; ".join(unknown)
+            + "; read its build script and record gpu_archs in manifests/facts.yaml",
+        )
+    return Verdict(PASS, f"{shown}: " + ", ".join(ok))
+
+
 def evaluate(
     plan: Plan, probes: dict[str, Verdict] | None = None, evidence: str = "probe", f: dict | None = None
 ) -> list[RuleResult]:

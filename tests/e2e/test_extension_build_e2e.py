@@ -280,3 +280,79 @@ def test_pin_then_verify_rebuilds_the_same_wheel_and_a_rewritten_entry_is_refuse
         for name, data in saved.items():
             (entry_dir / name).write_bytes(data)
         (Path(world["manifests"]) / "wheels.lock.yaml").unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------ issue 49: the GPU's arch
+# nvidia-smi as the container toolkit mounts it: the driver check's two queries
+STUB_SMI = """#!/bin/sh
+case "$*" in
+"--query-gpu=compute_cap --format=csv,noheader") echo "${STUB_CAP:?}" ;;
+*) echo "580.159.04, ${STUB_GPU:?}" ;;
+esac
+"""
+
+
+def _gpu_node(world, image: str, tmp_path: Path) -> str:
+    """The built image with a stub nvidia-smi added: its ENTRYPOINT and driver.facts are the
+    built ones."""
+    host = world["host"]
+    (tmp_path / "nvidia-smi").write_text(STUB_SMI)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {image}\nCOPY --chmod=755 nvidia-smi /usr/local/bin/nvidia-smi\n"
+    )
+    tag = f"{host.registry}/mtp-e2e/gpu-node:{image.rsplit(':', 1)[-1]}"
+    built = host.build(tmp_path, tag)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    return tag
+
+
+def _on(world, node: str, gpu: str, cap: str):
+    return world["host"].docker(
+        "run", "--rm", "-e", f"STUB_GPU={gpu}", "-e", f"STUB_CAP={cap}", node, "sh", "-c", "echo command ran",
+        check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_entrypoint_refuses_a_b200_under_an_sm_90_image_and_runs_on_an_h200(world, first, tmp_path):
+    node = _gpu_node(world, first["image"], tmp_path)
+    try:
+        facts = _in_image(world, first["image"], "cat", "/opt/mtp/runtime/driver.facts").stdout
+        assert "cuda_archs=90\n" in facts and f"profile={FIRST}\n" in facts
+        refused = _on(world, node, "NVIDIA B200", "10.0")
+        assert refused.returncode == 1 and "command ran" not in refused.stdout, (
+            refused.stdout + refused.stderr
+        )
+        [line] = refused.stderr.strip().splitlines()
+        assert line == (
+            "mtp driver check: GPU 0 (NVIDIA B200) has compute capability 10.0: this image's compiled "
+            "extensions carry code for sm_90 only, and none of it runs on an sm_100 GPU (fix: use an image "
+            f'built with builds.cuda_archs including "100" (python3 build.py --profile {FIRST} --set '
+            "builds.cuda_archs=90,100), or run this one on GPUs of sm_90)"
+        )
+        ran = _on(world, node, "NVIDIA H200", "9.0")
+        assert ran.returncode == 0 and ran.stdout.strip() == "command ran", ran.stderr
+        assert ran.stderr.strip().endswith("(compute capability 9.0) has code among the image's sm_90")
+    finally:
+        world["host"].docker("image", "rm", node, check=False)
+
+
+def test_an_image_built_for_sm_90_and_sm_100_runs_on_a_b200(world, first, tmp_path):
+    proc = world_cli(world, "--profile", FIRST, "--set", "builds.cuda_archs=90,100")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    [image] = re.findall(r"(mtp-verl:test-detach-[0-9a-f]{12})", proc.stdout)[:1]
+    try:
+        assert image != first["image"]  # another identity, and another wheel (its key has the archs)
+        assert re.search(rf"^compile {NAME} ", proc.stdout, re.M)
+        archs = _in_image(world, image, "python", "-c", f"import {MODULE} as m; print(m.archs())")
+        assert archs.stdout.strip() == "90;100"  # both reached the compiler
+        node = _gpu_node(world, image, tmp_path)
+        ran = _on(world, node, "NVIDIA B200", "10.0")
+        world["host"].docker("image", "rm", node, check=False)
+        assert ran.returncode == 0 and ran.stdout.strip() == "command ran", ran.stderr
+        [line] = ran.stderr.strip().splitlines()
+        assert line.endswith(
+            "every GPU here (compute capability 10.0) has code among the image's sm_90, sm_100"
+        )
+    finally:  # the profile's tag back on the module's image, this one gone
+        world["host"].docker("tag", first["image"], f"mtp-verl:{FIRST}", check=False)
+        world["host"].docker("image", "rm", image, check=False)

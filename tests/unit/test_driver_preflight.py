@@ -56,10 +56,16 @@ class Node:
     def facts(self) -> Path:
         return self.root / "driver.facts"
 
-    def smi(self, version: str, *gpus: str) -> None:
+    def smi(self, version: str, *gpus: str, caps: tuple[str, ...] = ()) -> None:
+        """nvidia-smi answering the driver check's query; with `caps`, also the compute
+        capability query (one line per GPU, as nvidia-smi 580 prints it: "10.0")."""
         lines = "".join(f'echo "{version}, {gpu}"\n' for gpu in gpus)
+        cap_lines = "".join(f'echo "{cap}"\n' for cap in caps)
         self._write_smi(
-            f'[ "$*" = "--query-gpu=driver_version,name --format=csv,noheader" ] || exit 9\n{lines}'
+            'if [ "$*" = "--query-gpu=compute_cap --format=csv,noheader" ]; then\n'
+            + (cap_lines + "exit 0\n" if caps else "exit 9\n")
+            + "fi\n"
+            + f'[ "$*" = "--query-gpu=driver_version,name --format=csv,noheader" ] || exit 9\n{lines}'
         )
 
     def broken_smi(self) -> None:
@@ -291,7 +297,7 @@ def test_every_image_carries_the_entrypoint_the_check_and_its_facts():
         for name in ("mtp/runtime/entrypoint.sh", "mtp/runtime/driver-check.sh"):
             assert tar.getmember(name).mode == 0o755  # the ENTRYPOINT must be executable
     # the facts the shell reads are the data file's
-    assert facts.splitlines()[-1] == f"datacenter_gpus={driver.need('13.0.2').gpu_pattern}"
+    assert f"datacenter_gpus={driver.need('13.0.2').gpu_pattern}" in facts.splitlines()
 
 
 # ------------------------------------------------------------------------ the job scripts
