@@ -44,7 +44,8 @@ def _list_file() -> Path:
 
 
 def guard(path: Path, kind: str = "dir") -> None:
-    """Remove `path` (kind `dir`, or `buildah-root`) if this process dies before it does."""
+    """Remove `path` (kind `dir`, or `buildah-root`) if this process dies before it does; kind
+    `buildah-cache` (the layer cache) is emptied of the build's containers and mounts, not removed."""
     pid = os.getpid()
     listing = _started.get(pid)
     if listing is None:
@@ -100,6 +101,11 @@ def _naming(path: str) -> list[int]:
     return [p for p in found if p != os.getpid()]
 
 
+def end_naming(path: str) -> None:
+    """End the processes whose command line names `path` (SIGTERM, then SIGKILL after GRACE)."""
+    _end(_naming(path))
+
+
 def _end(pids: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -124,8 +130,17 @@ def clean(listing: Path) -> None:
     entries = [(kind, path) for kind, path in entries if path and os.path.lexists(path)]
     # every child that names any guarded path ends in one round (one build names its temp dir
     # and its secrets dir: ending them path by path cost a grace period each)
-    _end(sorted({pid for _, path in entries for pid in _naming(path)}))
+    # (not the layer cache's: a process naming it may be another build's that holds the cache
+    # now; release-cache ends the killed build's own only once it holds the cache's lock)
+    _end(sorted({pid for kind, path in entries if kind != "buildah-cache" for pid in _naming(path)}))
     for kind, path in entries:
+        if kind == "buildah-cache":  # the layer cache: what the build left in it goes, its layers stay
+            subprocess.run(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "mtpimage.engine.buildahengine", "release-cache", path],
+                capture_output=True,
+                timeout=900,
+            )
+            continue
         if kind == "buildah-root":  # only the engine runs buildah (its containers, images, mounts)
             subprocess.run(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "mtpimage.engine.buildahengine", "remove-root", path],

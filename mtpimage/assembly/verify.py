@@ -280,7 +280,7 @@ def check_blobs(
                 say(f"verify  layer {i}: {sink.mismatch}")
             check = BlobCheck(i, desc["digest"], unpacked, diff_id)
             if not check.same:
-                check.files = _against_original(client, ref, check, keep, tmp)
+                check.files = _against_original(client, ref, check, keep, tmp, manifest, config)
                 bad.append(check)
     if not bad:
         return media
@@ -307,22 +307,48 @@ def check_blobs(
     )
 
 
-def _against_original(client, ref: ImageRef, check: BlobCheck, blob, tmp: Path) -> list[tuple[str, str, str]]:
+def _originals(client, ref: ImageRef, check: BlobCheck, manifest: dict, config: dict) -> list[str]:
+    """Where the registry may still hold the layer the config names (blobs are addressed by
+    content, so a blob that unpacks to the diff ID is the original): its uncompressed tar (an
+    image published with --compression none), and the blob at the same index of the image's
+    content tag (the tag its build pushed, named by its identity label) when that manifest has
+    the same config (a compressed image whose profile tag was moved to a changed manifest)."""
+    out = [check.diff_id] if client.blob_exists(ref.path, check.diff_id) else []
+    identity = ((config.get("config") or {}).get("Labels") or {}).get(f"{LABEL_NS}.identity")
+    if identity and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", identity):
+        got = client.manifest(ref.path, identity)
+        try:
+            theirs = json.loads(got[0]) if got else {}
+            if theirs.get("config", {}).get("digest") == manifest["config"]["digest"]:
+                blob = theirs["layers"][check.index - 1]["digest"]
+                if blob != check.blob:
+                    out.append(digests.checked(blob, f"registry {ref.host}: {ref.path}:{identity}"))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            pass  # not a manifest this tool pushed: no original there
+    return out
+
+
+def _against_original(
+    client, ref: ImageRef, check: BlobCheck, blob, tmp: Path, manifest: dict, config: dict
+) -> list[tuple[str, str, str]]:
     """The files of a swapped blob that differ from the layer its config names, when the
-    registry still holds that layer uncompressed (blobs are addressed by content: it is the
-    original); [] when it does not."""
-    if not client.blob_exists(ref.path, check.diff_id):
-        return []
-    with open(tmp / "original", "w+b") as f:
-        got, _ = client.fetch_blob(ref.path, check.diff_id, f, 1 << 42)
-        if got != check.diff_id:
-            return []
-        f.seek(0)
-        blob.seek(0)
-        return [
-            (path, what.replace("the rebuild", "the config's layer"), reason)
-            for path, what, reason in explain(blob, f, "swapped")
-        ]
+    registry still holds that layer (_originals); [] when it does not."""
+    for candidate in _originals(client, ref, check, manifest, config):
+        with open(tmp / "original", "w+b") as f:
+            sink = ocilayout.UncompressedDigest("", f)
+            try:
+                got, _ = client.fetch_blob(ref.path, candidate, sink, 1 << 42)
+                if got != candidate or sink.digest() != check.diff_id:
+                    continue
+            except ocilayout.Undecodable:
+                continue
+            f.seek(0)
+            blob.seek(0)
+            return [
+                (path, what.replace("the rebuild", "the config's layer"), reason)
+                for path, what, reason in explain(blob, f, "swapped")
+            ]
+    return []
 
 
 def run(

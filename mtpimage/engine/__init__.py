@@ -67,5 +67,6 @@ def named(flag: str | None = None, compression: str | None = None) -> ContainerE
 
 
 def reproducible() -> ContainerEngine:
-    """The engine that builds bit for bit (verify's clean rebuild), whatever builds otherwise."""
-    return BuildahEngine()
+    """The engine that builds bit for bit (verify's clean rebuild: cold, never on the layer
+    cache), whatever builds otherwise."""
+    return BuildahEngine(cached=False)

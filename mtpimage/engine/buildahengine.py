@@ -34,6 +34,7 @@ rather than reaching into dockerengine.py's internals.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import re
@@ -67,8 +68,13 @@ from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.imageref import ImageRef, Registry, is_loopback
 from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable, answers
 
-# What makes a build reproducible; docs/reproducible-builds-and-verify.md explains each.
-BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--no-cache", "--pull=never")
+# What makes a build reproducible; docs/reproducible-builds-and-verify.md explains each. A cold
+# build adds --no-cache; a build on the layer cache (Storage.cached) reuses the layers of
+# earlier builds whose instruction and everything under it are the same.
+BUD_OPTIONS = ("--format", "docker", "--timestamp", "0", "--layers", "--pull=never")
+CACHE_NAME = "cache"  # the layer cache's storage root, beside the throwaway ones
+CACHE_LOCK = "cache.lock"
+CACHE_LIMIT_GB = 60.0  # a cache larger than this is emptied before the next build uses it
 BUILD_ARGS = (("SOURCE_DATE_EPOCH", "0"), ("PYTHONDONTWRITEBYTECODE", "1"))
 SCRATCH_PARENT = Path("/var/tmp")  # the storage roots' fixed place (BuildahEngine._scratch says why)
 
@@ -88,15 +94,37 @@ def buildah_cli() -> tuple[str, str]:
 
 
 class Storage:
-    """A throwaway buildah storage root: a clean builder for one build. Its name carries the
-    building process's ID, so a later build removes the roots of builds that were killed
-    before they could (a stopped CI job, a session's end: 13 GB each for the real stack)."""
+    """A buildah storage root for one build: a throwaway one (a clean builder, the default for
+    a cold build and for verify), or, with `cached`, the layer cache: one root at a fixed place
+    that keeps every build's layers, so the next build reuses those whose instruction and
+    everything under it did not change (buildah's --layers cache; the layers are the same
+    bytes a cold build makes: tests/e2e/test_reproducible_e2e.py). One build at a time holds
+    the cache (a lock); another build meanwhile gets a throwaway root. A throwaway root's name
+    carries the building process's ID, so a later build removes the roots of builds that were
+    killed before they could (a stopped CI job, a session's end: 13 GB each for the real stack)."""
 
-    def __init__(self, parent: Path):
+    def __init__(self, parent: Path, cached: bool = False, say=None):
         parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(parent)
-        self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
-        janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
+        self._lock = _take_cache(parent) if cached else None
+        self.cached = self._lock is not None
+        if cached and not self.cached and say:
+            say("cache   the layer cache is in use by another build: building cold on a clean builder")
+        if self.cached:
+            self.root = parent / CACHE_NAME
+            if _size_gb(self.root) > CACHE_LIMIT_GB:
+                if say:
+                    say(
+                        f"cache   emptying the layer cache (over {CACHE_LIMIT_GB:.0f} GB): this build is cold"
+                    )
+                remove_root(self.root)
+            self.root.mkdir(exist_ok=True, mode=0o700)
+            # what a killed build leaves in it (containers, mounts) goes; its layers stay
+            janitor.guard(self.root, "buildah-cache")
+            release_cache(self.root, self, locked=True)
+        else:
+            self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
+            janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
 
     def argv(self, *args: str) -> list[str]:
         cli, _ = buildah_cli()
@@ -106,7 +134,57 @@ class Storage:
         return children.run(self.argv(*args), capture_output=True, text=True, timeout=timeout)
 
     def close(self) -> None:
+        if self.cached:
+            release_cache(self.root, self, locked=True)
+            self._lock.close()
+            return
         remove_root(self.root, self)
+
+
+def _take_cache(parent: Path):
+    """The layer cache's lock (an open file holding flock), or None when another build has it."""
+    f = open(parent / CACHE_LOCK, "a")  # noqa: SIM115 - held for the build, closed by Storage.close
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def _size_gb(root: Path) -> float:
+    if not root.is_dir():
+        return 0.0
+    proc = children.run(
+        ["du", "-sx", "--block-size=1", str(root)], capture_output=True, text=True, timeout=600
+    )
+    try:
+        return int(proc.stdout.split()[0]) / 1e9
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def release_cache(root: Path, store: Storage | None = None, locked: bool = False) -> None:
+    """The layer cache without what one build left in it: its working containers and their
+    mounts. Its images stay: they are the cache. Without `locked` (the janitor, after a killed
+    build) only when no other build holds the cache."""
+    lock = None if locked else _take_cache(root.parent)
+    if not locked and lock is None:
+        return
+    try:
+        if not locked:  # the killed build's buildah, still running (no other build holds the cache)
+            janitor.end_naming(str(root))
+        if (root / "storage").is_dir():
+            if store is None:
+                store = Storage.__new__(Storage)
+                store.root = root
+            store.run("rm", "--all", timeout=300)
+        for point in sorted(_mounts_under(root), reverse=True):
+            if "/overlay/" in point and point.endswith("/merged"):
+                children.run(["umount", "-l", point], capture_output=True, timeout=60)
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 def remove_root(root: Path, store: Storage | None = None) -> None:
@@ -213,9 +291,14 @@ class BuildahEngine(ContainerEngine):
     needs_local_base = False
 
     def __init__(
-        self, docker: DockerEngine | None = None, compression: layercompress.Compression | None = None
+        self,
+        docker: DockerEngine | None = None,
+        compression: layercompress.Compression | None = None,
+        cached: bool = True,
     ):
         self.docker = docker or DockerEngine()  # dockerd: where the built image is loaded and run
+        # builds reuse the layer cache's unchanged layers (Storage); verify's rebuild does not
+        self.cached = cached
         # how pushed layers are compressed (--compression; layercompress.py): the layout keeps
         # tars, a push uploads the form in this format
         self.compression = compression or layercompress.named(None)
@@ -267,8 +350,10 @@ class BuildahEngine(ContainerEngine):
     def build_layout(
         self, req: BuildRequest, dest: Path, log_path: Path | None = None, echo: bool = True
     ) -> ocilayout.Layout:
-        """Build on a clean builder and write the normalised OCI layout to `dest`."""
-        store = Storage(self._scratch())
+        """Build (on the layer cache, or cold on a clean builder: `self.cached`, --no-cache) and
+        write the normalised OCI layout to `dest`."""
+        say = (lambda line: print(line, file=sys.stderr, flush=True)) if echo else None
+        store = Storage(self._scratch(), cached=self.cached and not req.no_cache, say=say)
         try:
             ctx = store.root / "context"
             ctx.mkdir()
@@ -289,7 +374,7 @@ class BuildahEngine(ContainerEngine):
             log_path = log_path or buildlog.new_log(req.target or "image")
             with secret_files(req) as secrets:
                 code, tail = stream_build(
-                    store.argv("bud", *self._bud_argv(req, iidfile, secrets), str(ctx)),
+                    store.argv("bud", *self._bud_argv(req, iidfile, secrets, store.cached), str(ctx)),
                     dict(os.environ),
                     b"",
                     log_path,
@@ -311,9 +396,16 @@ class BuildahEngine(ContainerEngine):
             store.close()
 
     def _bud_argv(
-        self, req: BuildRequest, iidfile: Path, secrets: dict[str, Path] | None = None
+        self, req: BuildRequest, iidfile: Path, secrets: dict[str, Path] | None = None, cached: bool = False
     ) -> list[str]:
-        argv = [*BUD_OPTIONS, "--iidfile", str(iidfile), "-f", "Dockerfile"]
+        argv = [
+            *BUD_OPTIONS,
+            *(() if cached else ("--no-cache",)),
+            "--iidfile",
+            str(iidfile),
+            "-f",
+            "Dockerfile",
+        ]
         argv += build_flags(req, BUILD_ARGS, secrets)
         # the host's network: buildah's own (CNI) would add a bridge and NAT rules to the host
         argv += ["--network", req.network or "host"]
@@ -451,3 +543,5 @@ if __name__ == "__main__":  # `python -m mtpimage.engine.buildahengine remove-ro
 
     if sys.argv[1:2] == ["remove-root"] and len(sys.argv) == 3:
         remove_root(Path(sys.argv[2]))
+    if sys.argv[1:2] == ["release-cache"] and len(sys.argv) == 3:
+        release_cache(Path(sys.argv[2]))

@@ -10,6 +10,7 @@ cache consistent (each archive matches its recorded sha256).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -342,7 +343,8 @@ def test_sigkill_during_a_reproducible_build_leaves_no_storage_root_or_mount(wor
     from mtpimage.engine import buildahengine
 
     env = {**world["env"], "MTP_ENGINE": "buildah", "MTP_FASTPATH": "0"}
-    proc = _popen({**world, "env": env}, "--profile", PROFILE)
+    # --no-cache: a cold build, on a throwaway root (the layer cache's test is below)
+    proc = _popen({**world, "env": env}, "--profile", PROFILE, "--no-cache")
     scratch = buildahengine.SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
 
     def roots() -> list[Path]:
@@ -366,3 +368,48 @@ def test_sigkill_during_a_reproducible_build_leaves_no_storage_root_or_mount(wor
             break
         time.sleep(0.1)
     assert not roots() and not mounts, (roots(), mounts)
+
+
+@pytest.mark.skipif(
+    shutil.which("buildah") is None, reason="buildah not installed (scripts/setup-test-host.sh)"
+)
+def test_sigkill_during_a_build_on_the_layer_cache_leaves_the_cache_without_mounts_or_containers(world):
+    """Issue #48: a reproducible build on the layer cache, killed: its buildah ends, its working
+    containers and their mounts go, the cache (its layers) stays, and the next build can take it
+    (its lock was released with the process)."""
+    from mtpimage.engine import buildahengine
+
+    env = {**world["env"], "MTP_ENGINE": "buildah", "MTP_FASTPATH": "0"}
+    scratch = buildahengine.SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
+    cache = scratch / buildahengine.CACHE_NAME
+    proc = _popen({**world, "env": env}, "--profile", PROFILE)
+
+    def building() -> bool:  # buildah runs on the cache (a step may be served from it: no mount)
+        for entry in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if f"{cache}/storage".encode() in entry.read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    _interrupt_when(proc, "build   ", then=building, send=lambda p: os.kill(p.pid, signal.SIGKILL))
+    assert proc.returncode == -signal.SIGKILL
+    mounts = []
+    for _ in range(900):
+        mounts = [
+            line
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if f"{cache}/" in line and "/merged " in line
+        ]
+        if not mounts:
+            break
+        time.sleep(0.1)
+    assert not mounts, mounts
+    assert (cache / "storage").is_dir()  # the layers stay
+    with open(scratch / buildahengine.CACHE_LOCK, "a") as f:  # free for the next build
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    store = buildahengine.Storage.__new__(buildahengine.Storage)
+    store.root = cache
+    listed = store.run("containers", "--quiet")
+    assert listed.returncode == 0 and not listed.stdout.strip(), listed.stdout

@@ -215,6 +215,47 @@ def test_zstd_layers_have_one_digest_anywhere(world, published, tmp_path_factory
     assert "blobs          same     zstd libzstd level 9" in proc.stdout, proc.stdout
 
 
+def test_a_build_on_the_layer_cache_reuses_what_did_not_change_and_is_a_cold_builds_image(
+    world, published, tmp_path_factory
+):
+    """Issue #48 item 3: after the published test-detach build (which filled the layer cache),
+    test-load-only shares its lower layers: those steps are served from the cache ("Using
+    cache"), only the steps above are run, and verify's cold rebuild elsewhere (a clean builder,
+    another cache, umask, time zone, locale) gives the same layers, blobs and manifest digest."""
+    host = world["host"].registry
+    ns = f"repro-c-{uuid.uuid4().hex[:6]}"
+    summary = tmp_path_factory.mktemp("repro-c") / "c.json"
+    proc = world_cli(
+        world,
+        "--profile",
+        "test-load-only",
+        "--push",
+        "--registry",
+        f"{host}/{ns}",
+        "--summary-file",
+        str(summary),
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("STEP ")]
+    reused = proc.stdout.count("--> Using cache")
+    assert reused >= 3 and len(steps) - 1 > reused, proc.stdout[-4000:]  # STEP 1 is FROM
+    digest = json.loads(summary.read_text())["digest"]
+    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
+    try:
+        proc = _run_elsewhere(
+            world,
+            ["verify", "--profile", "test-load-only", "--image", f"{host}/{ns}/mtp-verl@{digest}"],
+            elsewhere / "cache",
+            "077",
+            "Europe/Berlin",
+            "C.UTF-8",
+        )
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert f"manifest       same     {digest}" in proc.stdout, proc.stdout
+
+
 def test_verify_refuses_an_image_of_another_plan(world, published):
     first = published
     ref = f"{first['references'][0].rsplit(':', 1)[0]}@{first['digest']}"
