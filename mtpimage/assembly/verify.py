@@ -311,20 +311,23 @@ def _originals(client, ref: ImageRef, check: BlobCheck, manifest: dict, config: 
     """Where the registry may still hold the layer the config names (blobs are addressed by
     content, so a blob that unpacks to the diff ID is the original): its uncompressed tar (an
     image published with --compression none), and the blob at the same index of the image's
-    content tag (the tag its build pushed, named by its identity label) when that manifest has
-    the same config (a compressed image whose profile tag was moved to a changed manifest)."""
+    content tag or profile tag (the tags its build pushed, named by its identity and profile
+    labels) when that manifest has the same config (a compressed image, a tag of which now
+    names a changed manifest)."""
     out = [check.diff_id] if client.blob_exists(ref.path, check.diff_id) else []
-    identity = ((config.get("config") or {}).get("Labels") or {}).get(f"{LABEL_NS}.identity")
-    if identity and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", identity):
-        got = client.manifest(ref.path, identity)
+    labels = (config.get("config") or {}).get("Labels") or {}
+    for tag in (labels.get(f"{LABEL_NS}.identity"), labels.get(f"{LABEL_NS}.profile")):
+        if not (isinstance(tag, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag)):
+            continue
+        got = client.manifest(ref.path, tag)
         try:
             theirs = json.loads(got[0]) if got else {}
             if theirs.get("config", {}).get("digest") == manifest["config"]["digest"]:
                 blob = theirs["layers"][check.index - 1]["digest"]
-                if blob != check.blob:
-                    out.append(digests.checked(blob, f"registry {ref.host}: {ref.path}:{identity}"))
+                if blob != check.blob and blob not in out:
+                    out.append(digests.checked(blob, f"registry {ref.host}: {ref.path}:{tag}"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            pass  # not a manifest this tool pushed: no original there
+            continue  # not a manifest this tool pushed: no original there
     return out
 
 

@@ -119,12 +119,15 @@ class Storage:
                     )
                 remove_root(self.root)
             self.root.mkdir(exist_ok=True, mode=0o700)
-            # what a killed build leaves in it (containers, mounts) goes; its layers stay
+            # what a killed build leaves in it (containers, mounts, its work folder) goes; its layers stay
             janitor.guard(self.root, "buildah-cache")
             release_cache(self.root, self, locked=True)
+            # this build's context and image ID file: beside the cache's storage, its own
+            self.work = Path(tempfile.mkdtemp(prefix="build-", dir=self.root))
         else:
             self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
             janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
+            self.work = self.root
 
     def argv(self, *args: str) -> list[str]:
         cli, _ = buildah_cli()
@@ -182,6 +185,8 @@ def release_cache(root: Path, store: Storage | None = None, locked: bool = False
         for point in sorted(_mounts_under(root), reverse=True):
             if "/overlay/" in point and point.endswith("/merged"):
                 children.run(["umount", "-l", point], capture_output=True, timeout=60)
+        for work in root.glob("build-*"):  # the builds' work folders (contexts): this one's too
+            shutil.rmtree(work, ignore_errors=True)
     finally:
         if lock is not None:
             lock.close()
@@ -305,7 +310,8 @@ class BuildahEngine(ContainerEngine):
 
     def describe(self) -> str:
         cli, version = buildah_cli()
-        return f"{cli} (buildah {version}, reproducible: bud --timestamp 0 --layers on a clean builder)"
+        where = "on the layer cache" if self.cached else "on a clean builder"
+        return f"{cli} (buildah {version}, reproducible: bud --timestamp 0 --layers {where})"
 
     @property
     def layouts(self) -> Path:
@@ -355,7 +361,7 @@ class BuildahEngine(ContainerEngine):
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if echo else None
         store = Storage(self._scratch(), cached=self.cached and not req.no_cache, say=say)
         try:
-            ctx = store.root / "context"
+            ctx = store.work / "context"
             ctx.mkdir()
             with tarfile.open(fileobj=io.BytesIO(req.context_tar), mode="r:*") as tar:
                 # the tool's own context tar (git sources may hold links that point outside)
@@ -368,7 +374,7 @@ class BuildahEngine(ContainerEngine):
             through = {b.mirror_ref: b for b in bases}
             for ref in base_images((ctx / "Dockerfile").read_text()):
                 _pull_base(store, ref, through.get(ref))
-            iidfile = store.root / "iid"
+            iidfile = store.work / "iid"
             watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
             own_log = log_path is None  # the tool's own log of this build: kept only when it fails
             log_path = log_path or buildlog.new_log(req.target or "image")
