@@ -235,6 +235,9 @@ class Plan:
     os_remove: tuple[tuple[str, str], ...] = ()
     # lock.yaml's platform manifest of this base (None: not recorded, or a substituted base)
     base_platform: BasePlatform | None = None
+    # builds.platform: the os/architecture the image is for (issue 49); absent from to_dict
+    # while it is the schema default, the lock's platform, so every digest made before keeps
+    platform: str = field(default_factory=lambda: schema.default(COMPONENTS, "builds", "platform"))
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
     ext_max_jobs: int = field(
         default_factory=lambda: schema.default(COMPONENTS, "builds", "max_jobs"), compare=False
@@ -265,6 +268,8 @@ class Plan:
         del d["ext_max_jobs"], d["route_links"]
         if not self.cuda_archs:
             del d["builds_against"]
+        if self.platform == schema.default(COMPONENTS, "builds", "platform"):
+            del d["platform"]
         for key in (
             "cuda_archs",
             "routes",
@@ -409,6 +414,12 @@ def cuda_archs(cat: dict, profile: dict) -> list[str]:
     return (profile.get("builds") or {}).get("cuda_archs") or _builds(cat, "cuda_archs")
 
 
+def target_platform(cat: dict, profile: dict) -> str:
+    """The os/architecture the image is for: the profile's builds.platform (its own file, a
+    parent's, or --set), else the catalogue's builds.platform."""
+    return (profile.get("builds") or {}).get("platform") or _builds(cat, "platform")
+
+
 def _component(name: str, c: dict) -> Component:
     """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
     return Component(
@@ -518,6 +529,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
             for e in (cat.get("resolution") or {}).get("sdists", [])
         ),
         cuda_archs=tuple(cuda_archs(cat, data)) if any(p.build for p in packages) else (),
+        platform=target_platform(cat, data),
         routes=tuple(
             (r["package"], " ".join(r["choice"].split()), " ".join(r["why"].split()))
             for r in (cat.get("resolution") or {}).get("routes", [])

@@ -19,10 +19,10 @@ from packaging.utils import canonicalize_name as canonical
 from packaging.version import InvalidVersion, Version
 
 from mtpimage import invocation
-from mtpimage.manifests import modes, sitefacts
-from mtpimage.plan import mtponly
+from mtpimage.manifests import modes, schema, sitefacts
+from mtpimage.plan import mtponly, platforms
 from mtpimage.plan.facts import rules_data
-from mtpimage.plan.model import Plan
+from mtpimage.plan.model import COMPONENTS, Plan
 
 PASS, FAIL, NA, UNKNOWN = "pass", "fail", "n/a", "unknown"
 
@@ -617,6 +617,47 @@ def extension_cuda_archs(plan: Plan, f: dict) -> Verdict:
             + "; read its build script and record gpu_archs in manifests/facts.yaml",
         )
     return Verdict(PASS, f"{shown}: " + ", ".join(ok))
+
+
+@predicate
+def platform_wheels(plan: Plan, f: dict) -> Verdict:
+    """A plan for a platform other than the lock's (builds.platform, issue 49): the pins with no
+    wheel there, by name, and what they block; else what is left before lock.yaml serves it."""
+    if plan.platform == schema.default(COMPONENTS, "builds", "platform"):
+        return Verdict(NA, f"{plan.platform}: the platform lock.yaml is made for")
+    known = platforms.known().get(plan.platform)
+    if known is None:  # the schema's enum and platforms.yaml disagree: said, never passed
+        return Verdict(FAIL, f"{plan.platform}: no survey in mtpimage/data/platforms.yaml")
+    gaps = platforms.gaps(plan, known)
+    members = {layer.name: ", ".join(layer.items) for layer in plan.layers}
+    said = []
+    for row in gaps.no_wheel:
+        needs = (
+            f"the build of {row.builds}"
+            if row.is_build_backend
+            else f"layer {row.layer} ({members.get(row.layer, 'not a layer of this plan')})"
+        )
+        said.append(
+            f"{row.name} {row.version} has no {known.wheel_platform} wheel for CPython {plan.python} "
+            f"({known.source_of(row.name)}), needed by {needs}: it blocks profile {plan.profile} "
+            f"(targets {', '.join(plan.targets)})"
+        )
+    if gaps.unsurveyed:
+        pins = ", ".join(f"{r.name}=={r.version}" for r in gaps.unsurveyed)
+        said.append(
+            f"not surveyed for {plan.platform} ({known.surveyed}): {pins}; run scripts/arm64_survey.py"
+        )
+    if not known.locked:
+        said.append(
+            f"{'the other pins have' if gaps.no_wheel else 'every pin has'} a {known.wheel_platform} "
+            f"wheel ({known.surveyed}), but lock.yaml "
+            f"holds {plan.platform} files for none of them"
+            + "".join(
+                f", nor for {a.name}=={a.version} that its resolution adds (via {a.via})" for a in known.adds
+            )
+            + " (docs/arm64.md)"
+        )
+    return Verdict(FAIL, f"{plan.platform}: " + "; ".join(said)) if said else Verdict(PASS, plan.platform)
 
 
 def evaluate(
