@@ -20,12 +20,16 @@ the janitor removes that list last.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mtpimage import settings
@@ -68,6 +72,25 @@ def guard(path: Path, kind: str = "dir") -> None:
         atexit.register(_dismiss, proc, listing)
     with open(listing, "a") as f:
         f.write(f"{kind}\t{path}\n")
+
+
+@contextlib.contextmanager
+def tempdir(prefix: str, parent: Path | str | None = None, kind: str = "dir") -> Iterator[Path]:
+    """A temporary directory (mode 0700) that is guarded before it exists: its name is listed
+    first and made second, so a SIGKILL at any moment leaves nothing the janitor does not know
+    (tempfile.TemporaryDirectory and then guard() left a window between the two: a fresh-clone
+    CI run under load killed a build in it and kept two empty directories). Removed on exit."""
+    base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    while True:
+        path = base / f"{prefix}{secrets.token_hex(6)}"
+        if not path.exists():
+            break
+    guard(path, kind)
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _dismiss(proc: subprocess.Popen, listing: Path) -> None:

@@ -47,6 +47,7 @@ import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from secrets import token_hex
 
 from mtpimage import children, janitor, settings
 from mtpimage.engine import buildlog, layercompress, ocilayout
@@ -125,8 +126,10 @@ class Storage:
             # this build's context and image ID file: beside the cache's storage, its own
             self.work = Path(tempfile.mkdtemp(prefix="build-", dir=self.root))
         else:
-            self.root = Path(tempfile.mkdtemp(prefix=f"root-{os.getpid()}-", dir=parent))
-            janitor.guard(self.root, "buildah-root")  # removed at once should this process be killed
+            # named and guarded before it exists: removed at once should this process be killed
+            self.root = parent / f"root-{os.getpid()}-{token_hex(6)}"
+            janitor.guard(self.root, "buildah-root")
+            self.root.mkdir(mode=0o700)
             self.work = self.root
 
     def argv(self, *args: str) -> list[str]:
@@ -330,9 +333,8 @@ class BuildahEngine(ContainerEngine):
                     f"pruned  the kept layout of sha256:{name[:12]} (its image is gone from dockerd)",
                     file=sys.stderr,  # stdout may be a --json document
                 )
-        with tempfile.TemporaryDirectory(prefix=f"mtp-oci-{os.getpid()}-", dir=self._scratch()) as tmp:
-            janitor.guard(Path(tmp))
-            layout = self.build_layout(req, Path(tmp) / "oci", log_path, echo)
+        with janitor.tempdir(f"mtp-oci-{os.getpid()}-", self._scratch()) as tmp:
+            layout = self.build_layout(req, tmp / "oci", log_path, echo)
             dest = self.layout_of(layout.image_id)
             if not dest.is_dir():
                 self.layouts.mkdir(parents=True, exist_ok=True)

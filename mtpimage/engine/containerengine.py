@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -266,14 +265,14 @@ def secret_files(req: BuildRequest) -> Iterator[dict[str, Path]]:
         if path is not None:  # a device or FIFO handed to the build would hang or fill it
             inputfile.check(Path(path), SECRET_LIMITS[f"--{sid}"], f"--{sid}'s file", f"--{sid} {path}")
 
-    with tempfile.TemporaryDirectory(prefix="mtp-secrets-") as tmp:
-        janitor.guard(Path(tmp))  # removed at once should the tool be killed (a token may be in it)
+    # guarded before it exists: removed at once should the tool be killed (a token may be in it)
+    with janitor.tempdir("mtp-secrets-") as tmp:
         out: dict[str, Path] = {}
         for sid in SECRETS:
             if given.get(sid) is not None:
                 out[sid] = Path(given[sid]).resolve()
                 continue
-            path = Path(tmp) / sid
+            path = tmp / sid
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(req.mirrors.secret() if sid == INDEX_SECRET else b"")

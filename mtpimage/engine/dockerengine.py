@@ -22,7 +22,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -305,9 +304,9 @@ class DockerEngine(ContainerEngine):
         context = self._mirrored_context(req)
         own_log = log_path is None  # the tool's own log of this build: kept only when it fails
         log_path = log_path or buildlog.new_log(req.target or "image")
-        with tempfile.TemporaryDirectory(prefix="mtp-build-") as tmp, secret_files(req) as secrets:
-            janitor.guard(Path(tmp))  # a killed tool's `docker build` ends, and this goes, at once
-            iidfile = Path(tmp) / "iid"
+        # guarded before they exist: a killed tool's `docker build` ends, and these go, at once
+        with janitor.tempdir("mtp-build-") as tmp, secret_files(req) as secrets:
+            iidfile = tmp / "iid"
             watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
             code, tail = stream_build(
                 build_argv(kit, req, iidfile, secrets),

@@ -72,3 +72,18 @@ def test_a_run_that_ends_normally_leaves_its_janitor_nothing_to_do(tmp_path):
             break
         time.sleep(0.1)
     assert not list((tmp_path / "cache" / "janitor").glob("*.paths"))
+
+
+def test_tempdir_is_guarded_before_it_exists_and_removed_after(tmp_path, monkeypatch):
+    """A SIGKILL between making a temp dir and guarding it left the dir behind: janitor.tempdir
+    lists the path first and makes it second."""
+    from mtpimage import janitor
+
+    seen = []
+    monkeypatch.setattr(janitor, "guard", lambda path, kind="dir": seen.append((path, path.exists(), kind)))
+    with janitor.tempdir("mtp-x-", tmp_path) as made:
+        assert made.is_dir() and made.parent == tmp_path and made.name.startswith("mtp-x-")
+        assert oct(made.stat().st_mode & 0o777) == "0o700"
+        (made / "f").write_text("x")
+    assert seen == [(made, False, "dir")]
+    assert not made.exists()
