@@ -290,6 +290,48 @@ def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
     )
 
 
+def _cache_repository(ref: ImageRef) -> str:
+    return ref.repository + (f"-{ref.tag}" if ref.tag else "")
+
+
+def registry_cache_argv(req: BuildRequest) -> list[str]:
+    """--cache-from/--cache-to as buildah 1.28 takes them: one repository each, where the
+    layer cache's steps are pushed (tagged by their cache key) and looked up, so a machine
+    whose own layer cache is empty reuses another's steps ("Cache pulled from remote"; the
+    layers are the same bytes: e2e). The same specs as the docker engine's registry cache:
+    `type=registry,ref=REPO` or a plain repository; `type=inline`, BuildKit's, is not
+    buildah's and is left out (the workflow's stack jobs pass it)."""
+    argv: list[str] = []
+    loopback = False
+    for flag, specs in (("--cache-from", req.cache_from), ("--cache-to", req.cache_to)):
+        repos = []
+        for spec in specs:
+            fields = dict(f.split("=", 1) for f in spec.split(",") if "=" in f)
+            if "=" not in spec:
+                repos.append(spec)
+            elif fields.get("type") == "registry" and fields.get("ref"):
+                repos.append(fields["ref"])
+            elif fields.get("type") != "inline":
+                raise InputError(
+                    flag,
+                    spec,
+                    "the reproducible engine's layer cache goes to a registry repository only",
+                    "use type=registry,ref=REG/REPO or REG/REPO",
+                )
+        # buildah tags its cache repository by cache key, one tag per step: a tagged spec
+        # (REG/mtp-verl:buildcache, the docker engine's cache image) becomes a repository of its
+        # own (REG/mtp-verl-buildcache), so the image repository gets no cache tags
+        repos = sorted({_cache_repository(ImageRef.parse(r, flag=flag)) for r in repos})
+        if len(repos) > 1:
+            raise InputError(flag, " ".join(repos), "buildah takes one cache repository", f"give {flag} once")
+        if repos:
+            argv += [flag, repos[0]]
+            loopback = loopback or is_loopback(repos[0].split("/", 1)[0])
+    if loopback:  # the loopback registries of tests and local mirrors speak plain HTTP
+        argv.append("--tls-verify=false")
+    return argv
+
+
 class BuildahEngine(ContainerEngine):
     """Builds with buildah (bit-for-bit), runs, tags and inspects with dockerd."""
 
@@ -419,18 +461,15 @@ class BuildahEngine(ContainerEngine):
         argv += ["--network", req.network or "host"]
         if req.target:
             argv += ["--target", req.target]
-        for flag, given in (
-            ("--builder", req.builder),
-            ("--cache-from", req.cache_from),
-            ("--cache-to", req.cache_to),
-        ):
-            if given:
-                raise InputError(
-                    flag,
-                    str(given),
-                    "the reproducible engine builds on a clean builder, without BuildKit caches",
-                    f"drop {flag}, or build with --engine docker",
-                )
+        if req.builder:
+            raise InputError(
+                "--builder",
+                req.builder,
+                "the reproducible engine builds with buildah, not a BuildKit builder",
+                "drop --builder, or build with --engine docker",
+            )
+        if cached:  # a cold build (--no-cache, verify) takes no cache, the registry's neither
+            argv += registry_cache_argv(req)
         return argv
 
     def _load(self, layout: ocilayout.Layout) -> None:

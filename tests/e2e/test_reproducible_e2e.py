@@ -218,29 +218,41 @@ def test_zstd_layers_have_one_digest_anywhere(world, published, tmp_path_factory
 def test_a_build_on_the_layer_cache_reuses_what_did_not_change_and_is_a_cold_builds_image(
     world, published, tmp_path_factory
 ):
-    """Issue #48 item 3: after the published test-detach build (which filled the layer cache),
+    """Issue #48 item 3. After the published test-detach build (which filled the layer cache),
     test-load-only shares its lower layers: those steps are served from the cache ("Using
-    cache"), only the steps above are run, and verify's cold rebuild elsewhere (a clean builder,
-    another cache, umask, time zone, locale) gives the same layers, blobs and manifest digest."""
+    cache"), only the steps above run, and its steps go to a registry cache (--cache-to).
+    verify's cold rebuild elsewhere (a clean builder, another cache, umask, time zone, locale)
+    gives the same digest. Then, as on another machine (the layer cache emptied, the image gone
+    from dockerd), the same build with --cache-from takes every step from the registry ("Cache
+    pulled from remote") and gives the same digest again."""
+    from mtpimage.engine import buildahengine
+
     host = world["host"].registry
+    cache = f"type=registry,ref={host}/repro-cache-{uuid.uuid4().hex[:6]}/mtp-verl:buildcache"
+
+    def build(ns: str, *more: str) -> tuple[str, str]:
+        summary = tmp_path_factory.mktemp(ns) / "s.json"
+        proc = world_cli(
+            world,
+            "--profile",
+            "test-load-only",
+            "--push",
+            "--registry",
+            f"{host}/{ns}",
+            "--summary-file",
+            str(summary),
+            *more,
+        )
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        # buildah's own output, as the build streams it (stderr: stdout may be a --json document)
+        return json.loads(summary.read_text())["digest"], proc.stderr
+
     ns = f"repro-c-{uuid.uuid4().hex[:6]}"
-    summary = tmp_path_factory.mktemp("repro-c") / "c.json"
-    proc = world_cli(
-        world,
-        "--profile",
-        "test-load-only",
-        "--push",
-        "--registry",
-        f"{host}/{ns}",
-        "--summary-file",
-        str(summary),
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    # buildah's own output, as the build streams it (stderr: stdout may be a --json document)
-    steps = [line for line in proc.stderr.splitlines() if line.startswith("STEP ")]
-    reused = proc.stderr.count("--> Using cache")
-    assert reused >= 3 and len(steps) - 1 > reused, proc.stderr[-4000:]  # STEP 1 is FROM
-    digest = json.loads(summary.read_text())["digest"]
+    digest, log = build(ns, "--cache-to", cache)
+    steps = [line for line in log.splitlines() if line.startswith("STEP ")]
+    reused = log.count("--> Using cache")
+    assert reused >= 3 and len(steps) - 1 > reused, log[-4000:]  # STEP 1 is FROM
+    assert "--> Pushing cache" in log, log[-4000:]
     elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
     try:
         proc = _run_elsewhere(
@@ -255,6 +267,17 @@ def test_a_build_on_the_layer_cache_reuses_what_did_not_change_and_is_a_cold_bui
         shutil.rmtree(elsewhere, ignore_errors=True)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert f"manifest       same     {digest}" in proc.stdout, proc.stdout
+
+    # another machine: an empty layer cache, the image not in dockerd
+    scratch = buildahengine.SCRATCH_PARENT / f"mtp-image-builder-{os.getuid()}" / "buildah"
+    buildahengine.remove_root(scratch / buildahengine.CACHE_NAME)
+    image_id = (
+        world["host"].docker("image", "inspect", "-f", "{{.Id}}", "mtp-verl:test-load-only").stdout.strip()
+    )
+    world["host"].docker("image", "rm", "-f", image_id, check=False)
+    again, log = build(f"repro-d-{uuid.uuid4().hex[:6]}", "--cache-from", cache)
+    assert log.count("--> Cache pulled from remote") >= 3, log[-4000:]
+    assert again == digest
 
 
 def test_verify_refuses_an_image_of_another_plan(world, published):
