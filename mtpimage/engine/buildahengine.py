@@ -147,15 +147,20 @@ class Storage:
         remove_root(self.root, self)
 
 
-def _take_cache(parent: Path):
-    """The layer cache's lock (an open file holding flock), or None when another build has it."""
+def _take_cache(parent: Path, wait_s: float = 0.0):
+    """The layer cache's lock (an open file holding flock), or None when another holds it for
+    longer than `wait_s`."""
     f = open(parent / CACHE_LOCK, "a")  # noqa: SIM115 - held for the build, closed by Storage.close
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.close()
-        return None
-    return f
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except OSError:
+            if time.monotonic() >= deadline:
+                f.close()
+                return None
+            time.sleep(0.2)
 
 
 def _size_gb(root: Path) -> float:
@@ -173,8 +178,9 @@ def _size_gb(root: Path) -> float:
 def release_cache(root: Path, store: Storage | None = None, locked: bool = False) -> None:
     """The layer cache without what one build left in it: its working containers and their
     mounts. Its images stay: they are the cache. Without `locked` (the janitor, after a killed
-    build) only when no other build holds the cache."""
-    lock = None if locked else _take_cache(root.parent)
+    build) only when no other build takes the cache within a few seconds: a build that does
+    empties it the same way when it starts."""
+    lock = None if locked else _take_cache(root.parent, wait_s=10)
     if not locked and lock is None:
         return
     try:
