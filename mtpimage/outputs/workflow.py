@@ -27,6 +27,8 @@ from mtpimage import locations
 from mtpimage.errors import InputError
 from mtpimage.imageref import OWNER, ImageRef, Registry
 from mtpimage.manifests.manifest import Manifests, resolve_profile
+from mtpimage.outputs.reproduce import Reproduce
+from mtpimage.outputs.reproduce import markdown as reproduce_markdown
 from mtpimage.outputs.signature import verify_commands
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
 
@@ -243,8 +245,11 @@ def _code(text: str) -> str:
     return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
 
 
-def render_summary(profile: str, data: dict | None, problem: str | None = None) -> str:
-    """Markdown for $GITHUB_STEP_SUMMARY: one section per image."""
+def render_summary(
+    profile: str, data: dict | None, problem: str | None = None, reproduce: Reproduce | None = None
+) -> str:
+    """Markdown for $GITHUB_STEP_SUMMARY: one section per image; with `reproduce` (the publish
+    job's reproducible image), how to verify it from a clean checkout after the table."""
     lines = [f"### {profile}", ""]
     if data is None:
         lines.append(
@@ -270,6 +275,8 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
     elif not data.get("pushed"):
         rows.append(("pushed", "no (pull request: build and test only)"))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    if reproduce is not None:
+        lines += ["", reproduce_markdown(reproduce)]
     return "\n".join(lines) + "\n"
 
 
