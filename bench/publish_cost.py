@@ -13,8 +13,8 @@ a registry of this run's own (its storage measured):
   docker publish   the publish job before: the main job with --cache-from the pushed stack,
                    --push (only the mode layer is built)
   docker cold      the main job with docker and --push on the empty engine (no stack to reuse)
-  reproducible     the publish job now: --engine buildah --compression gzip --push (a clean
-                   builder; nothing to reuse, by design)
+  reproducible     the publish job now: --engine buildah --no-cache --compression gzip --push
+                   (a clean builder; nothing to reuse, by design)
 While each runs, the disk it writes is sampled every second (du -sxb of the engine's data
 root, the tool cache and this run's buildah scratch under /var/tmp/mtp-image-builder-UID);
 the peak of their sum, each part's peak and what is left after are recorded, with the wall
@@ -204,7 +204,7 @@ def main() -> int:
                         "reproducible",
                         "repro",
                         lambda reg: [
-                            *common, "--profile", opts.profile, "--engine", "buildah",
+                            *common, "--profile", opts.profile, "--engine", "buildah", "--no-cache",
                             "--compression", "gzip", "--push", "--registry", reg,
                         ],
                     ),
