@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from mtpimage.engine import SCRATCH_PARENT
 from mtpimage.errors import EnvironmentProblem
 
 GB = 1e9
@@ -19,6 +20,17 @@ DOCKER_ROOT = Path("/var/lib/docker")  # dockerd's data root on GitHub's runners
 
 class NotEnoughDisk(EnvironmentProblem):
     pass
+
+
+def default_paths(engine_name: str, cache_root: Path) -> list[Path]:
+    """Where a job's build writes: dockerd's data root (the image, also when buildah built it:
+    it is loaded there for the checks) and the tool's cache (with the reproducible engine, its
+    kept layout and compressed layers); the reproducible engine's clean builders also write under
+    their fixed scratch (buildahengine.SCRATCH_PARENT), on another filesystem on some hosts."""
+    paths = [DOCKER_ROOT, cache_root]
+    if engine_name == "buildah":
+        paths.append(SCRATCH_PARENT)
+    return paths
 
 
 def existing(path: Path) -> Path:

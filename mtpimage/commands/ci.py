@@ -26,7 +26,7 @@ from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.errors import EXIT_RULES, InputError
 from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
-from mtpimage.outputs import vectordiff, workflow
+from mtpimage.outputs import reproduce, vectordiff, workflow
 from mtpimage.plan.model import IMAGE_REPOSITORY
 from mtpimage.publish import sbomattach
 from mtpimage.publish.registryclient import RegistryClient
@@ -102,6 +102,12 @@ def register(subparsers, add_common) -> None:
     )
     p.add_argument(
         "--signed-by", metavar="OWNER/REPO", help="with --verify: the repository whose workflow signed it"
+    )
+    p.add_argument(
+        "--reproducible",
+        action="store_true",
+        help="the image was built with --engine buildah: add how to verify it from a clean checkout "
+        "at its revision (read from the local image's label; the wheel share from $MTP_WHEEL_CACHE_REPO)",
     )
     p.set_defaults(func=cmd_summary)
 
@@ -228,8 +234,10 @@ def _register_jobs(subparsers, add_common) -> None:
         type=Path,
         action="append",
         dest="paths",
-        help="where it writes (repeatable; default: dockerd's data root and the tool's cache)",
+        help="where it writes (repeatable; default: dockerd's data root and the tool's cache, and "
+        "with --engine buildah its clean builders' scratch)",
     )
+    add_engine(p)
     p.set_defaults(func=cmd_disk)
 
     p = subparsers.add_parser(
@@ -285,7 +293,7 @@ def cmd_disk(args) -> int:
     # deferred: import cost: loaded only when `disk` runs, not to build the parser
     from mtpimage.assembly import diskcheck
 
-    paths = args.paths or [diskcheck.DOCKER_ROOT, settings.current().cache_root]
+    paths = args.paths or diskcheck.default_paths(engine.name(args.engine), settings.current().cache_root)
     diskcheck.check(args.need_gb, paths, args.job, say=_say)
     return 0
 
@@ -335,5 +343,14 @@ def cmd_summary(args) -> int:
         problem = "the build stopped before writing its summary file"
     except (OSError, ValueError) as exc:
         problem = f"unreadable summary file ({type(exc).__name__})"
-    sys.stdout.write(workflow.render_summary(args.profile, data, problem))
+    how = None
+    if args.reproducible and data is not None:
+        how = reproduce.for_published(
+            args.profile,
+            data,
+            engine.named().labels,  # the image this runner built: either engine reads it in dockerd
+            settings.current().wheel_cache_repo,
+            reproduce.describe_builder(engine.reproducible().describe),
+        )
+    sys.stdout.write(workflow.render_summary(args.profile, data, problem, how))
     return 0

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from mtpimage import settings
 from mtpimage.engine import layercompress
-from mtpimage.engine.buildahengine import BuildahEngine
+
+# SCRATCH_PARENT: where the clean builders write, for the CI disk check (assembly/diskcheck.py)
+from mtpimage.engine.buildahengine import SCRATCH_PARENT, BuildahEngine  # noqa: F401
 from mtpimage.engine.containerengine import (  # noqa: F401 - the seam's names, imported from here by its users
     BuildFailed,
     BuildRequest,

@@ -7,12 +7,15 @@ actions pinned by commit SHA (actions.yaml there). The output is a pure function
 profile names, the templates, the pins and the registry: no clock, no host facts, so an
 unchanged repository regenerates byte-identical files and `ci --check` can compare.
 
-The image workflow's jobs (their runners, time limits and measured disk needs are data:
-mtpimage/data/ci.yaml): `stack` (build.py stack: the shared layers once), `publish` per
-profile (the main job with --push --registry, --cache-from its pushed stack and
---summary-file), `sign` per profile (build.py published, attestation, cosign), and for pull
-requests `test` (every profile in turn, no push). tests/unit/test_workflow.py checks each
-option against the CLI parser; tests/e2e/test_workflow_rehearsal.py runs the run steps.
+The image workflow's jobs (their runners, time limits, measured disk needs and the published
+compression are data: mtpimage/data/ci.yaml): `stack` (build.py stack: the shared layers once,
+the compiled wheels into the share; the pull requests' cache), `publish` per profile (the main
+job with --engine buildah, as root: what users pull is built bit for bit on a clean builder and
+pushed with the tool's gzip; --summary-file, and a summary that says how to verify it), `sign`
+per profile (build.py published, attestation, cosign), and for pull requests `test` (every
+profile in turn with docker's BuildKit and the stack as cache, no push).
+tests/unit/test_workflow.py checks each option against the CLI parser;
+tests/e2e/test_workflow_rehearsal.py runs the run steps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from mtpimage import locations
 from mtpimage.errors import InputError
 from mtpimage.imageref import OWNER, ImageRef, Registry
 from mtpimage.manifests.manifest import Manifests, resolve_profile
+from mtpimage.outputs.reproduce import Reproduce
+from mtpimage.outputs.reproduce import markdown as reproduce_markdown
 from mtpimage.outputs.signature import verify_commands
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
 
@@ -243,8 +248,11 @@ def _code(text: str) -> str:
     return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
 
 
-def render_summary(profile: str, data: dict | None, problem: str | None = None) -> str:
-    """Markdown for $GITHUB_STEP_SUMMARY: one section per image."""
+def render_summary(
+    profile: str, data: dict | None, problem: str | None = None, reproduce: Reproduce | None = None
+) -> str:
+    """Markdown for $GITHUB_STEP_SUMMARY: one section per image; with `reproduce` (the publish
+    job's reproducible image), how to verify it from a clean checkout after the table."""
     lines = [f"### {profile}", ""]
     if data is None:
         lines.append(
@@ -270,6 +278,8 @@ def render_summary(profile: str, data: dict | None, problem: str | None = None) 
     elif not data.get("pushed"):
         rows.append(("pushed", "no (pull request: build and test only)"))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    if reproduce is not None:
+        lines += ["", reproduce_markdown(reproduce)]
     return "\n".join(lines) + "\n"
 
 

@@ -2,19 +2,24 @@
 generates it, run in order with bash as a push to main runs them, against a loopback
 registry of this test's own, on the stand-in test profiles (tests/manifests).
 
-  stack            on the host's dockerd: the shared stack built once and pushed
+  stack            on the host's dockerd: the shared stack built once and pushed (the pull
+                   requests' cache)
   publish P1, P2   each on a FRESH dockerd (tests/fixtures/freshdocker.py: empty image store
-                   and BuildKit cache, a bridge of its own without NAT): the
-                   profile's layers come from the pushed stack, its mode layer is added, the
-                   in-image checks run on the image in that engine, it is pushed with its SBOM
+                   and BuildKit cache, a bridge of its own without NAT): the image built bit
+                   for bit by the reproducible engine (buildah, a clean builder), loaded there
+                   for the in-image checks, pushed with gzip layers the tool made and its SBOM;
+                   the job summary says how to verify it
+  verify P1        the summary's `verify` line, run as a user would from the same revision
+                   with an empty cache: identical
   sign P1, P2      `published` finds each digest (attestation and cosign need GitHub's OIDC
                    token and Sigstore: not run, workflow.RUNNER_ONLY_STEPS)
 
 Each job gets a fresh tool cache and RUNNER_TEMP, as a new runner has. What differs from
-GitHub, on purpose: `uses:` steps are not run (checkout: this checkout is copied; Python:
-this interpreter; login: the registry needs none), the free-disk step is not run (it prunes
-every image), and DISK_NEED_GB is the stand-in stack's need instead of the real stack's.
-The figures of the second profile's job are printed (docs/ci.md).
+GitHub, on purpose: `uses:` steps are not run (checkout: this checkout is copied and committed
+as one revision; Python: this interpreter; login: the registry needs none), `sudo` is a shim
+(this test runs as root), the free-disk step is not run (it prunes every image), buildah is
+this host's (the install step finds it), and DISK_NEED_GB is the stand-in's need instead of
+the real stack's. The figures of each profile's job are printed (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -34,15 +39,28 @@ import requests
 import yaml
 
 from mtpimage.demo.registry import private_registry
-from mtpimage.outputs import workflow
+from mtpimage.engine import layercompress
+from mtpimage.outputs import reproduce, workflow
 from tests.fixtures.dockerhost import remove_session_images
 from tests.fixtures.freshdocker import du_bytes, fresh_dockerd
 from tests.fixtures.image_fixtures import REPO, copy_manifests, make_test_base
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(
+        shutil.which("buildah") is None, reason="buildah not installed (scripts/setup-test-host.sh)"
+    ),
+]
 
 NAMESPACE = "rehearsal"
 STANDIN_DISK_NEED_GB = "1"  # the stand-in stack is ~0.3 GB; the real stack's need is in ci.yaml
+# GitHub's runner runs sudo; this test runs as root, so the shim drops sudo's options and runs
+# the command as it is (the environment passes, as `sudo -E` keeps it)
+SUDO_SHIM = """#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -E|--preserve-env|--preserve-env=*) shift ;; *) break ;; esac; done
+exec "$@"
+"""
+PROJECT_URL = "https://github.com/acme/mtp-image-builder"  # GITHUB_SERVER_URL/GITHUB_REPOSITORY
 EXPR = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
 COPIED = ("build.py", "requirements.txt", "pyproject.toml", "mtpimage", "images")
 
@@ -125,12 +143,26 @@ def rehearsal(docker_host, git_world, tmp_path_factory):
         bindir = top / "bin"
         bindir.mkdir()
         (bindir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        (bindir / "python").chmod(0o755)
+        (bindir / "sudo").write_text(SUDO_SHIM)
+        for shim in ("python", "sudo"):
+            (bindir / shim).chmod(0o755)
         gen = subprocess.run(
             [sys.executable, "build.py", "ci", "--registry", registry],
             cwd=checkout, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert gen.returncode == 0, gen.stderr
+        # one revision, as actions/checkout leaves it: the images' revision label names it
+        git = {
+            "GIT_AUTHOR_NAME": "r",
+            "GIT_AUTHOR_EMAIL": "r@example.invalid",
+            "GIT_AUTHOR_DATE": "2026-12-05T00:00:00Z",
+        }
+        git = {**os.environ, **git, **{k.replace("AUTHOR", "COMMITTER"): v for k, v in git.items()}}
+        for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "rehearsal"]):
+            subprocess.run(["git", *argv], cwd=checkout, env=git, check=True, capture_output=True)
+        revision = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=checkout, check=True, capture_output=True, text=True
+        ).stdout.strip()
         text = (checkout / workflow.IMAGES_WORKFLOW).read_text()
         world = {
             "top": top,
@@ -138,6 +170,7 @@ def rehearsal(docker_host, git_world, tmp_path_factory):
             "registry": registry,
             "address": address,
             "storage": top / "registry" / "storage",
+            "revision": revision,
             "workflow": yaml.load(text, Loader=yaml.BaseLoader),
             "env": {
                 **os.environ,
@@ -145,7 +178,8 @@ def rehearsal(docker_host, git_world, tmp_path_factory):
                 "PATH": f"{bindir}:{os.environ['PATH']}",
                 "MTP_DOCKER_CLI": host.cli,
                 "MTP_NO_BOOTSTRAP": "1",
-                "GITHUB_REPOSITORY": "acme/mtp-image-builder",
+                "GITHUB_SERVER_URL": PROJECT_URL.rsplit("/", 2)[0],
+                "GITHUB_REPOSITORY": PROJECT_URL.split("/", 3)[3],
                 "CI": "true",
             },
             "host": host,
@@ -172,23 +206,36 @@ def new_runner(world: dict, name: str, extra: dict | None = None) -> Runner:
     return Runner(name, env, home / "temp")
 
 
-def manifest_layers(world: dict, tag: str) -> list[str]:
+def registry_manifest(world: dict, tag: str) -> dict:
     url = f"http://{world['address']}/v2/{NAMESPACE}/mtp-verl/manifests/{tag}"
     accept = (
         "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
     )
     resp = requests.get(url, headers={"Accept": accept}, timeout=30)
     assert resp.status_code == 200, (tag, resp.status_code)
-    return [(layer["digest"], layer["size"]) for layer in resp.json()["layers"]]
+    return resp.json()
 
 
-def test_the_workflow_rehearsed_stack_once_then_two_profiles_on_fresh_engines(rehearsal):
+def registry_labels(world: dict, manifest: dict) -> dict:
+    url = f"http://{world['address']}/v2/{NAMESPACE}/mtp-verl/blobs/{manifest['config']['digest']}"
+    resp = requests.get(url, timeout=30)
+    assert resp.status_code == 200, resp.status_code
+    return resp.json()["config"].get("Labels") or {}
+
+
+def summary_block(summary: str) -> list[str]:
+    """The shell lines of the publish summary's "Verify it" section."""
+    assert "#### Verify it" in summary, summary
+    return summary.split("#### Verify it", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def test_the_workflow_rehearsed_stack_once_then_two_reproducible_profiles_on_fresh_engines(rehearsal):
     world = rehearsal
     jobs = world["workflow"]["jobs"]
     profiles = [e["profile"] for e in jobs["publish"]["strategy"]["matrix"]["include"]][:2]
     assert len(profiles) == 2
 
-    # -- stack: the shared layers, once, on the host's engine
+    # -- stack: the shared layers, once, on the host's engine (the pull requests' cache)
     stack_runner = new_runner(world, "stack")
     log = run_job(jobs["stack"], stack_runner, {}, world["checkout"])
     assert re.search(r"^stack   stack-[0-9a-f]{16} shared by 3 profile\(s\)", log, re.M), log[-3000:]
@@ -196,9 +243,9 @@ def test_the_workflow_rehearsed_stack_once_then_two_profiles_on_fresh_engines(re
     stack_tag = re.search(r"^stack   (stack-[0-9a-f]{16})", log, re.M).group(1)
     again = run_job(jobs["stack"], new_runner(world, "stack-again"), {}, world["checkout"])
     assert "nothing to build" in again and "\nbuild " not in again  # the registry has it
-    stack_layers = manifest_layers(world, stack_tag)
+    stack_layers = registry_manifest(world, stack_tag)["layers"]
 
-    figures = {}
+    figures, pushed_digests, summaries = {}, {}, {}
     for i, profile in enumerate(profiles):
         before = du_bytes(world["storage"])
         with fresh_dockerd(world["host"].cli, f"r{i}") as engine:
@@ -210,46 +257,52 @@ def test_the_workflow_rehearsed_stack_once_then_two_profiles_on_fresh_engines(re
             cache_bytes = du_bytes(Path(runner.env["MTP_CACHE_DIR"]))
         pushed = du_bytes(world["storage"]) - before
         assert re.search(r"^pushed  \S+ and moved \S+:" + re.escape(profile) + "$", log, re.M), log[-3000:]
+        assert "buildah version" in log  # the install step found it and said which
         identity = re.search(r"^image   mtp-verl:(\S+)$", log, re.M).group(1)
-        layers = manifest_layers(world, identity)
-        # every layer of the stack is the profile's, byte for byte (the same blobs: not
-        # rebuilt, not uploaded again); the profile adds exactly its mode layer
-        assert layers[:-1] == stack_layers, (profile, layers, stack_layers)
-        assert layers[-1] not in stack_layers
-        runs = run_steps_cached(log)
-        assert runs and all(runs.values()), runs  # every RUN layer came from the stack
+        digest = re.search(r"^digest  (sha256:[0-9a-f]{64})$", log, re.M).group(1)
+        manifest = registry_manifest(world, identity)
+        # what users pull: the reproducible engine's image, its layers gzip made by the tool
+        assert manifest["annotations"][layercompress.ANNOTATION].startswith("gzip "), manifest
+        assert {x["mediaType"] for x in manifest["layers"]} == {layercompress.named("gzip").media_type}
+        assert len(manifest["layers"]) == len(stack_layers) + 1  # the stack's layers and the mode layer
+        labels = registry_labels(world, manifest)
+        assert labels[reproduce.REVISION_LABEL] == world["revision"], labels
+        assert labels[reproduce.SOURCE_LABEL] == PROJECT_URL
+        summaries[profile] = Path(runner.env["GITHUB_STEP_SUMMARY"]).read_text()
+        block = summary_block(summaries[profile])
+        image = f"{world['registry']}/mtp-verl@{digest}"
+        assert block[2] == f"git checkout {world['revision']}", block
+        assert block[-1] == f"python3 build.py verify --profile {profile} --image {image}", block
+        pushed_digests[profile] = digest
         figures[profile] = {
             "job_seconds": round(seconds, 1),
             "steps": [(n, round(s, 1)) for n, s in runner.steps],
             "registry_bytes_added": pushed,
-            "mode_layer_bytes_compressed": layers[-1][1],
-            "stack_bytes_compressed": sum(s for _, s in stack_layers),
+            "layers_bytes_compressed": sum(x["size"] for x in manifest["layers"]),
             "fresh_engine_bytes": engine_bytes,
             "tool_cache_bytes": cache_bytes,
         }
+
+    # -- verify: the first summary's verify line, as a user runs it at that revision, with an
+    # empty cache of its own (the checkout is that revision already: clone and checkout are git's)
+    first = profiles[0]
+    block = summary_block(summaries[first])
+    assert block[3].startswith("export MTP_WHEEL_CACHE_REPO=")  # the wheels the workflow shared
+    # `python`: the runner's interpreter (the shim); the user's `python3` would make .venv first
+    line = "\n".join(block[3:]).replace("python3 build.py", "python build.py", 1)
+    verifier = new_runner(world, f"verify-{first}")
+    t0 = time.monotonic()
+    log = verifier.run_step({"name": "verify", "run": line}, {}, world["checkout"])
+    assert f"identical: {world['registry']}/mtp-verl@{pushed_digests[first]}" in log, log[-3000:]
+    figures["verify_seconds"] = round(time.monotonic() - t0, 1)
 
     # -- sign: `published` names each digest (signing itself needs GitHub: not run here)
     for profile in profiles:
         runner = new_runner(world, f"sign-{profile}")
         log = run_job(jobs["sign"], runner, {"profile": profile}, world["checkout"])
         outputs = Path(runner.env["GITHUB_OUTPUT"]).read_text()
-        assert re.search(r"^digest=sha256:[0-9a-f]{64}$", outputs, re.M), outputs
+        assert f"digest={pushed_digests[profile]}\n" in outputs, outputs  # what publish pushed
         assert f"name={world['registry']}/mtp-verl" in outputs and "\nsbom=" in outputs
         assert "cosign verify" in Path(runner.env["GITHUB_STEP_SUMMARY"]).read_text()
 
     print("\nREHEARSAL FIGURES " + json.dumps({"stack_steps": stack_runner.steps, **figures}, indent=1))
-    second = figures[profiles[1]]
-    # the second profile's job uploaded its mode layer, config, manifests and SBOM: far less
-    # than the stack it reused (compressed sizes from the registry's manifests)
-    assert second["registry_bytes_added"] < second["stack_bytes_compressed"] / 10, second
-
-
-def run_steps_cached(log: str) -> dict[str, bool]:
-    """BuildKit's RUN steps in a build log -> whether each was CACHED (not run)."""
-    lines = log.splitlines()
-    out = {}
-    for line in lines:
-        m = re.match(r"^(#\d+) \[.*\] RUN ", line)
-        if m:
-            out[line[:80]] = f"{m.group(1)} CACHED" in lines
-    return out

@@ -137,6 +137,32 @@ def test_disk_check_stops_with_one_line_and_exit_3(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_the_reproducible_jobs_disk_check_covers_its_clean_builders_scratch(tmp_path, monkeypatch):
+    from mtpimage.engine import SCRATCH_PARENT
+
+    cache = tmp_path / "cache"
+    assert diskcheck.default_paths("docker", cache) == [diskcheck.DOCKER_ROOT, cache]
+    assert diskcheck.default_paths("buildah", cache) == [diskcheck.DOCKER_ROOT, cache, SCRATCH_PARENT]
+    checked = []
+    monkeypatch.setattr(diskcheck, "check", lambda need, paths, job, say: checked.append((job, need, paths)))
+    for engine in ("buildah", "docker"):
+        proc = run_main(
+            "disk",
+            "--job",
+            "publish",
+            "--need-gb",
+            "52",
+            "--engine",
+            engine,
+            env={"MTP_CACHE_DIR": str(cache)},
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert checked == [
+        ("publish", 52.0, [diskcheck.DOCKER_ROOT, cache, SCRATCH_PARENT]),
+        ("publish", 52.0, [diskcheck.DOCKER_ROOT, cache]),
+    ]
+
+
 def test_ci_settings_give_every_job_a_limit_and_the_building_ones_a_disk_need():
     jobs = workflow.ci_settings()["jobs"]
     assert set(jobs) == {"stack", "publish", "test", "sign"}

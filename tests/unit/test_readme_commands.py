@@ -63,9 +63,26 @@ def subcommand(argv: list[str]) -> str | None:
     return cli.make_parser().parse_args(argv).command
 
 
+def verify_block() -> list[str]:
+    """README's "Verify the image you pulled", as outputs/reproduce.py writes it for the publish
+    job's summary, with the README's placeholders (the same lines, so the two cannot drift)."""
+    from mtpimage.outputs import reproduce
+
+    image = "ghcr.io/my-org/mtp-verl@sha256:..."
+    how = reproduce.Reproduce(
+        profile="mtp-detach",
+        image=image,
+        source="https://github.com/my-org/mtp-image-builder",
+        revision=reproduce.REVISION_PLACEHOLDER,
+        wheel_share="ghcr.io/my-org/mtp-ext-wheels",
+    )
+    return [reproduce.label_command(image), *reproduce.commands(how)]
+
+
 COMMANDS = readme_commands()
+VERIFY = verify_block()
 TOOL = [c for c in COMMANDS if c.startswith("python3 build.py")]
-SCRIPTS = [c for c in COMMANDS if not c.startswith("python3 build.py")]
+SCRIPTS = [c for c in COMMANDS if not c.startswith("python3 build.py") and c not in VERIFY]
 
 
 def test_the_readme_shows_its_commands():
@@ -126,7 +143,44 @@ def test_each_offline_readme_command_runs_as_written(command, tmp_path, monkeypa
 def test_no_readme_command_needs_python_named_python():
     """Stock Debian 12 has python3 only (README): no command of the page says `python build.py`."""
     assert "python build.py" not in README
-    assert all(c.startswith(("python3 ", "scripts/", "sudo ")) for c in COMMANDS), COMMANDS
+    others = [c for c in COMMANDS if c not in VERIFY]
+    assert all(c.startswith(("python3 ", "scripts/", "sudo ")) for c in others), others
+
+
+def test_the_verify_section_is_what_the_publish_job_prints():
+    """#48: the README's way to verify a pulled image is the publish summary's, line for line."""
+    start = COMMANDS.index(VERIFY[0])
+    assert COMMANDS[start : start + len(VERIFY)] == VERIFY
+
+
+def test_the_verify_sections_git_lines_check_out_a_revision(tmp_path):
+    """The clone, cd and checkout lines run as written, on this repository for the project's
+    URL and its HEAD for REVISION: the checkout ends at that commit."""
+    import subprocess
+
+    from mtpimage.outputs import reproduce
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert head.returncode == 0, head.stderr
+    lines = [c for c in VERIFY if c.startswith(("git ", "cd "))]
+    script = "\n".join(lines).replace("https://github.com/my-org/mtp-image-builder", str(REPO))
+    script = script.replace(reproduce.REVISION_PLACEHOLDER, head.stdout.strip())
+    proc = subprocess.run(
+        ["bash", "-eu", "-c", script + "\ngit rev-parse HEAD"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == head.stdout.strip()
+
+
+def test_the_label_the_readme_reads_is_the_one_builds_write():
+    from mtpimage.assembly.versionvector import identity_labels
+    from mtpimage.outputs import reproduce
+    from mtpimage.settings import NAMES
+
+    assert reproduce.REVISION_LABEL in identity_labels("x")  # this checkout: a git repository
+    assert f'"{reproduce.REVISION_LABEL}"' in VERIFY[0]
+    assert VERIFY[-2].split("=", 1)[0] == "export MTP_WHEEL_CACHE_REPO" and "MTP_WHEEL_CACHE_REPO" in NAMES
 
 
 def test_placeholders_stay_placeholders():

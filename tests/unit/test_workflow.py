@@ -155,23 +155,81 @@ def test_the_job_graph_is_stack_then_publish_then_sign(images):
     assert "--profile" not in stack  # every profile: each distinct stack once
 
 
-def test_profile_builds_take_their_layers_from_the_pushed_stack(images):
-    for job in ("test", "publish"):
-        run = run_of(images["jobs"][job], "Build")
-        assert "mapfile -t cache < <(python build.py stack --cache-from-args --profile" in run
-        assert '"${cache[@]}"' in run
-        assert "buildcache" not in run and "type=gha" not in run and "--builder" not in run
+def test_pull_requests_take_their_layers_from_the_pushed_stack(images):
+    run = run_of(images["jobs"]["test"], "Build")
+    assert "mapfile -t cache < <(python build.py stack --cache-from-args --profile" in run
+    assert '"${cache[@]}"' in run
+    assert "buildcache" not in run and "type=gha" not in run and "--builder" not in run
+    assert "--engine" not in run  # docker's BuildKit: fast, cached, never published
     # the docker driver: the image is built into the runner's docker, tested there, no --load
     for job in images["jobs"].values():
         assert not any(s.get("uses", "").startswith("docker/setup-buildx-action@") for s in steps(job))
+
+
+def test_publish_builds_reproducibly_and_pushes_gzip_made_by_the_tool(images):
+    """#48: what users pull is the reproducible engine's image: buildah on a clean builder
+    (--no-cache: no layer cache, local or a registry's), its layers gzip-compressed by the tool."""
+    from mtpimage.engine import layercompress
+
+    run = run_of(images["jobs"]["publish"], "Build")
+    main = next(
+        argv
+        for argv in build_commands({"jobs": {"publish": images["jobs"]["publish"]}})
+        if argv[0] == "--profile"
+    )
+    assert main[main.index("--engine") + 1] == "buildah"
+    assert (
+        main[main.index("--compression") + 1]
+        == "gzip"
+        == workflow.ci_settings()["jobs"]["publish"]["compression"]
+    )
+    assert layercompress.named("gzip").name == "gzip"  # a format compression.yaml has
+    assert "--push" in main and main[main.index("--registry") + 1] == "registry"
+    assert "--no-cache" in main
+    for refused in ("--cache-from", "--cache-to", "--builder", "cache-from-args"):
+        assert refused not in run, refused
+    # the compiled extensions' wheels from the share the stack job fills: installed by sha256,
+    # not compiled again (a compile would not give the same .so)
+    assert 'export MTP_WHEEL_CACHE_REPO="$registry/mtp-ext-wheels"' in run
+    assert images["jobs"]["publish"]["needs"] == "stack"
+
+
+def test_publish_runs_the_build_as_root_keeping_path_home_and_environment(images):
+    run = run_of(images["jobs"]["publish"], "Build").replace("\\\n", " ")
+    line = " ".join(next(x for x in run.splitlines() if "build.py --profile" in x).split())
+    assert line.startswith('sudo -E env "PATH=$PATH" "HOME=$HOME" python build.py --profile')
+
+
+def test_publish_installs_buildah_and_checks_the_reproducible_disk_first(images):
+    job = images["jobs"]["publish"]
+    names = [s.get("name", s.get("uses", "")) for s in steps(job)]
+    install = run_of(job, "Install buildah")
+    assert "sudo apt-get install -y -q --no-install-recommends buildah" in install
+    assert "buildah --version" in install  # the version a verifier needs, in the log
+    assert (
+        names.index("Install buildah")
+        < names.index("Check the free disk")
+        < names.index("Build reproducibly, test and push")
+    )
+    assert run_of(job, "Check the free disk").endswith("--engine buildah")
+    # the pull requests' job needs no buildah
+    assert "Install buildah" not in [s.get("name") for s in steps(images["jobs"]["test"])]
+
+
+def test_publish_summary_says_how_to_verify_the_image(images):
+    run = run_of(images["jobs"]["publish"], "Job summary")
+    assert "--reproducible" in run and 'export MTP_WHEEL_CACHE_REPO="$registry/mtp-ext-wheels"' in run
+    assert "sudo" not in run  # it reads; the runner's user can
 
 
 def test_stack_runner_is_an_input_or_variable_with_a_hosted_default(images):
     runs_on = images["jobs"]["stack"]["runs-on"]
     assert runs_on == "${{ inputs.stack-runner || vars.MTP_STACK_RUNNER || 'ubuntu-24.04' }}"
     assert "stack-runner" in images["on"]["workflow_dispatch"]["inputs"]
-    for name in ("test", "publish", "sign"):
+    for name in ("test", "sign"):
         assert images["jobs"][name]["runs-on"] == "ubuntu-24.04"
+    # the reproducible build needs more disk than the hosted runner may have: a variable names a larger one
+    assert images["jobs"]["publish"]["runs-on"] == "${{ vars.MTP_PUBLISH_RUNNER || 'ubuntu-24.04' }}"
 
 
 def test_every_building_job_checks_its_measured_disk_need_first(images):
@@ -180,7 +238,8 @@ def test_every_building_job_checks_its_measured_disk_need_first(images):
         job = images["jobs"][name]
         names = [s.get("name", s.get("uses", "")) for s in steps(job)]
         check = next(s for s in steps(job) if s.get("name") == "Check the free disk")
-        assert check["run"] == f'python build.py disk --job {name} --need-gb "$DISK_NEED_GB"'
+        engine = " --engine buildah" if name == "publish" else ""
+        assert check["run"] == f'python build.py disk --job {name} --need-gb "$DISK_NEED_GB"{engine}'
         assert float(check["env"]["DISK_NEED_GB"]) == need[name]["disk_need_gb"] > 0
         first_build = next(i for i, n in enumerate(names) if n.startswith("Build"))
         assert names.index("Check the free disk") < first_build
@@ -451,6 +510,84 @@ def test_summary_command_never_fails_the_job(tmp_path):
     assert f"docker pull ghcr.io/a/mtp-verl@{DIGEST}" in proc.stdout
 
 
+PUSHED = {
+    "profile": "mtp-detach",
+    "image": "mtp-verl:mtp-detach-0123456789ab",
+    "pushed": True,
+    "references": ["ghcr.io/acme/mtp-verl:mtp-detach-0123456789ab", "ghcr.io/acme/mtp-verl:mtp-detach"],
+    "digest": DIGEST,
+}
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_publish_summary_of_a_reproducible_image_says_how_to_verify_it():
+    from mtpimage.outputs import reproduce
+
+    labels = {
+        reproduce.REVISION_LABEL: REV,
+        reproduce.SOURCE_LABEL: "https://github.com/acme/mtp-image-builder",
+    }
+    seen = []
+    how = reproduce.for_published(
+        "mtp-detach",
+        PUSHED,
+        lambda ref: seen.append(ref) or labels,
+        "ghcr.io/acme/mtp-ext-wheels",
+        "buildah 1.33.7 on Ubuntu 24.04.2 LTS",
+    )
+    assert seen == [PUSHED["image"]]  # the labels of the image this job built and pushed
+    md = workflow.render_summary("mtp-detach", PUSHED, reproduce=how)
+    block = md.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert block == [
+        "git clone https://github.com/acme/mtp-image-builder mtp-image-builder",
+        "cd mtp-image-builder",
+        f"git checkout {REV}",
+        "export MTP_WHEEL_CACHE_REPO=ghcr.io/acme/mtp-ext-wheels",
+        f"python3 build.py verify --profile mtp-detach --image ghcr.io/acme/mtp-verl@{DIGEST}",
+    ]
+    assert "by buildah 1.33.7 on Ubuntu 24.04.2 LTS" in md
+    assert md.index("| digest |") < md.index("#### Verify it")  # after the table
+
+
+def test_publish_summary_without_labels_says_how_to_read_the_revision():
+    from mtpimage.errors import EnvironmentProblem
+    from mtpimage.outputs import reproduce
+
+    def unreadable(ref):
+        raise EnvironmentProblem("docker image inspect failed")
+
+    how = reproduce.for_published("mtp-detach", PUSHED, unreadable, None, None)
+    md = workflow.render_summary("mtp-detach", PUSHED, reproduce=how)
+    image = f"ghcr.io/acme/mtp-verl@{DIGEST}"
+    assert reproduce.label_command(image) in md and "git checkout REVISION" in md
+    assert "git clone https://github.com/OWNER/REPO mtp-image-builder" in md
+    assert "MTP_WHEEL_CACHE_REPO" not in md and "Built reproducibly:" in md
+
+
+def test_no_verify_section_for_what_was_not_pushed():
+    from mtpimage.outputs import reproduce
+
+    for data in ({**PUSHED, "pushed": False}, {**PUSHED, "digest": None}, {"profile": "x"}):
+        assert reproduce.for_published("mtp-detach", data, lambda ref: {}, None, None) is None
+
+
+def test_summary_reproducible_never_fails_the_job(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({**PUSHED, "image": "mtp-verl:no-such-image-here-48w"}))
+    proc = run_main(
+        "summary", "--profile", "mtp-detach", str(good), "--reproducible",
+        env={"MTP_WHEEL_CACHE_REPO": "ghcr.io/acme/mtp-ext-wheels"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"python3 build.py verify --profile mtp-detach --image ghcr.io/acme/mtp-verl@{DIGEST}" in proc.stdout
+    )
+    assert "export MTP_WHEEL_CACHE_REPO=ghcr.io/acme/mtp-ext-wheels" in proc.stdout
+    assert "git checkout REVISION" in proc.stdout  # no such local image: the label is unread
+    missing = run_main("summary", "--profile", "mtp-detach", str(tmp_path / "gone.json"), "--reproducible")
+    assert missing.returncode == 0 and "Verify it" not in missing.stdout
+
+
 # -- the workflow's command lines against the CLI --------------------------------------------
 def build_commands(images: dict) -> list[list[str]]:
     """argv (without `python build.py`) of every `python build.py ...` line of every run step."""
@@ -462,6 +599,7 @@ def build_commands(images: dict) -> list[list[str]]:
             script = step.get("run", "").replace("\\\n", " ")
             for line in script.splitlines():
                 line = line.strip().removeprefix("mapfile -t cache < <(").split(" >> ")[0].rstrip(")")
+                line = re.sub(r'^sudo -E env (?:"\w+=\$\w+" )+\s*', "", line)  # as root, same argv
                 if line.startswith("python build.py"):
                     line = line.replace("$DISK_NEED_GB", "1").replace('"${cache[@]}"', "")
                     out.append(shlex.split(line.replace("$", ""))[2:])
@@ -512,3 +650,17 @@ def test_bump_workflow_runs_the_bump_of_each_component_weekly_and_opens_a_pull_r
     pr = bump["Open or update the pull request"]
     assert "gh pr create" in pr["run"] and "--body-file bump.md" in pr["run"]
     assert pr["if"] == "steps.bump.outputs.moved == 'true'"
+
+
+def test_the_builder_is_named_by_buildahs_version_or_not_at_all():
+    from mtpimage.errors import EnvironmentProblem
+    from mtpimage.outputs import reproduce
+
+    said = reproduce.describe_builder(lambda: "/usr/bin/buildah (buildah 1.33.7, reproducible: bud ...)")
+    assert said.startswith("buildah 1.33.7")
+    assert reproduce.describe_builder(lambda: "something else").startswith("something else")
+
+    def missing():
+        raise EnvironmentProblem("buildah not found")
+
+    assert reproduce.describe_builder(missing) is None
