@@ -142,18 +142,7 @@ def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published)
     host = world["host"].registry
     first = published
     ref = f"{first['references'][0].rsplit(':', 1)[0]}@{first['digest']}"
-    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
-    try:
-        proc = _run_elsewhere(
-            world,
-            ["verify", "--profile", PROFILE, "--image", ref],
-            elsewhere / "cache",
-            "077",
-            "Asia/Kolkata",
-            "de_DE.UTF-8",
-        )
-    finally:
-        shutil.rmtree(elsewhere, ignore_errors=True)
+    proc = _verify_elsewhere(world, PROFILE, ref, "077", "Asia/Kolkata", "de_DE.UTF-8")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     layer_lines = [line for line in proc.stdout.splitlines() if line.startswith("layer ")]
     assert len(layer_lines) >= 8 and all(" same " in line for line in layer_lines), proc.stdout
@@ -198,18 +187,8 @@ def test_zstd_layers_have_one_digest_anywhere(world, published, tmp_path_factory
     assert manifest["config"] == gz["config"]
     zsize, gsize = (sum(d["size"] for d in m["layers"]) for m in (manifest, gz))
     assert zsize < gsize, (zsize, gsize)
-    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
-    try:
-        proc = _run_elsewhere(
-            world,
-            ["verify", "--profile", PROFILE, "--image", f"{host}/{ns}/mtp-verl@{zstd['digest']}"],
-            elsewhere / "cache",
-            "027",
-            "America/Sao_Paulo",
-            "C.UTF-8",
-        )
-    finally:
-        shutil.rmtree(elsewhere, ignore_errors=True)
+    ref = f"{host}/{ns}/mtp-verl@{zstd['digest']}"
+    proc = _verify_elsewhere(world, PROFILE, ref, "027", "America/Sao_Paulo", "C.UTF-8")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert f"manifest       same     {zstd['digest']}" in proc.stdout, proc.stdout
     assert "blobs          same     zstd libzstd level 9" in proc.stdout, proc.stdout
@@ -253,18 +232,9 @@ def test_a_build_on_the_layer_cache_reuses_what_did_not_change_and_is_a_cold_bui
     reused = log.count("--> Using cache")
     assert reused >= 3 and len(steps) - 1 > reused, log[-4000:]  # STEP 1 is FROM
     assert "--> Pushing cache" in log, log[-4000:]
-    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
-    try:
-        proc = _run_elsewhere(
-            world,
-            ["verify", "--profile", "test-load-only", "--image", f"{host}/{ns}/mtp-verl@{digest}"],
-            elsewhere / "cache",
-            "077",
-            "Europe/Berlin",
-            "C.UTF-8",
-        )
-    finally:
-        shutil.rmtree(elsewhere, ignore_errors=True)
+    proc = _verify_elsewhere(
+        world, "test-load-only", f"{host}/{ns}/mtp-verl@{digest}", "077", "Europe/Berlin", "C.UTF-8"
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert f"manifest       same     {digest}" in proc.stdout, proc.stdout
 
@@ -428,6 +398,18 @@ def test_verify_names_the_file_of_a_docker_commit_pushed_by_docker(world, publis
         line for line in proc.stdout.splitlines() if "does not match the bytes (an uncompressed tar)" in line
     ]
     assert len(notes) == len(reused), proc.stdout
+
+
+def _verify_elsewhere(world, profile: str, ref: str, umask: str, tz: str, lang: str):
+    """`verify` from a cache of its own under /var/tmp (not pytest's /tmp), with another umask,
+    time zone and locale: as on another machine."""
+    elsewhere = Path(tempfile.mkdtemp(prefix="mtp-e2e-", dir="/var/tmp"))
+    try:
+        return _run_elsewhere(
+            world, ["verify", "--profile", profile, "--image", ref], elsewhere / "cache", umask, tz, lang
+        )
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
 
 
 def _run_elsewhere(world, args: list[str], cache: Path, umask: str, tz: str, lang: str):
