@@ -1,5 +1,5 @@
 """Subcommands of the stages after the plan: parsing and printing only; what they do lives
-in the domain modules (lock/locker.py, assembly/pipeline.py, assembly/release.py, outputs/enroot.py, ...).
+in the domain modules (lock/locker.py, assembly/pipeline.py, assembly/release.py, outputs/squashfs.py, ...).
 
 Each module in MODULES exposes:
   register(subparsers, add_common)   add its subcommands; set `func=handler(args) -> int`
