@@ -327,6 +327,7 @@ def cmd_explain(args) -> int:
             args.digest,
             layout_of(args),
             signed_by_of(args),
+            args.compression,
         )
         print(job, end="")
         return done

@@ -9,6 +9,7 @@ an outputs.multinode.Layout. Parsing only; the job itself is outputs/jobscripts.
 from __future__ import annotations
 
 from mtpimage import settings
+from mtpimage.engine import layercompress
 from mtpimage.errors import InputError
 from mtpimage.outputs.multinode import Layout
 
@@ -44,6 +45,12 @@ def add_options(p) -> None:
         default=600,
         metavar="S",
         help="seconds to wait for every node to join Ray (default 600)",
+    )
+    g.add_argument(
+        "--compression",
+        choices=list(layercompress.formats()),
+        help="with --digest: how the image's layers were published (the job states the runtime "
+        "version they need and checks it); without --digest the registry's manifest says",
     )
     g.add_argument(
         "--signed-by",

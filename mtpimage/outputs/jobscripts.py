@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -19,14 +20,24 @@ from mtpimage.assembly import driver
 from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
 from mtpimage.imageref import ImageRef, Registry
-from mtpimage.outputs import multinode, rayjob
+from mtpimage.outputs import multinode, rayjob, runtimes
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
 from mtpimage.publish.registryclient import RegistryClient
 
 FORMATS = ("slurm", "apptainer", "kuberay")
-_TEMPLATES = ("slurm.sh.j2", "apptainer.sh.j2", "multinode.sbatch.j2", "ray_node.sh.j2", "ray_wait.py.j2")
+# the runtimes.yaml runtime that pulls the image of a --cluster form (pyxis pulls through enroot)
+RUNTIME_OF = {"slurm": "enroot", "apptainer": "apptainer"}
+_TEMPLATES = (
+    "slurm.sh.j2",
+    "apptainer.sh.j2",
+    "multinode.sbatch.j2",
+    "ray_node.sh.j2",
+    "ray_wait.py.j2",
+    "pull_check.sh.j2",
+    "sif_build.sh.j2",
+)
 
 
 def _env() -> jinja2.Environment:
@@ -43,6 +54,14 @@ def _env() -> jinja2.Environment:
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
     return env
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The pulled image's layer format (gzip, zstd; None: not known) and where it was learned."""
+
+    format: str | None = None
+    known_from: str = ""
 
 
 def prerequisites(plan: Plan) -> list[str]:
@@ -90,6 +109,17 @@ def _sif(plan: Plan, digest: str) -> str:
     return f"{IMAGE_REPOSITORY}-{plan.profile}-{digest.split(':')[1][:12]}.sif"
 
 
+def _pulls(cluster: str, image: ImageRef, layers: Layers) -> dict:
+    """The template values of what the job pulls: the layer format and the runtime version it
+    needs (pull_check.sh.j2), the SIF's compression (sif_build.sh.j2)."""
+    rt = runtimes.runtime(RUNTIME_OF[cluster])
+    pulled = image.pyxis if cluster == "slurm" else image.docker_uri
+    return {
+        "pull": runtimes.Pull(rt, pulled, layers.format, layers.known_from),
+        "sif": rt.sif_build() if cluster == "apptainer" else None,
+    }
+
+
 def multinode_script(
     plan: Plan,
     target: str,
@@ -97,6 +127,7 @@ def multinode_script(
     image: ImageRef,
     layout: multinode.Layout,
     signed_by: str | None = None,
+    layers: Layers = Layers(),
 ) -> str:
     """The sbatch script that runs Ray across `layout.nodes` nodes, then verl's trainer."""
     entry, args = multinode.trainer_command(plan, target, layout)
@@ -112,7 +143,8 @@ def multinode_script(
         "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,
         "docker_uri": image.docker_uri,
-        "sif": _sif(plan, image.digest or ""),
+        "sif_path": _sif(plan, image.digest or ""),
+        **_pulls(cluster, image, layers),
         "nodes": layout.nodes,
         "gpus_per_node": layout.gpus_per_node,
         "mounts": ",".join(layout.mounts) or "$PWD:/workspace",
@@ -136,9 +168,11 @@ def job_script(
     digest: str,
     layout: multinode.Layout | None = None,
     signed_by: str | None = None,
+    layers: Layers = Layers(),
 ) -> str:
     """signed_by: OWNER/REPO whose images workflow signed the digest (the script's head says
-    how to check that before the first pull)."""
+    how to check that before the first pull); layers: the image's layer format, as far as
+    it is known (the script says it and checks the node's runtime for it)."""
     layout = layout or multinode.Layout()
     image = ImageRef(registry_host, repo_path, digest=digest)
     if cluster == "kuberay" or layout.nodes != 1:
@@ -147,7 +181,7 @@ def job_script(
             command = command_line(plan, target, cluster, layout)
             verify = comment_lines(str(image), signed_by)
             return rayjob.rayjob_yaml(plan, target, image, layout, command, prerequisites(plan), verify)
-        return multinode_script(plan, target, cluster, image, layout, signed_by)
+        return multinode_script(plan, target, cluster, image, layout, signed_by, layers)
     if layout.rollout_nodes:
         raise InputError(
             "--rollout-nodes", str(layout.rollout_nodes), "a split needs --nodes 2 or more", "add --nodes N"
@@ -163,7 +197,8 @@ def job_script(
         "verify": comment_lines(str(image), signed_by),
         "pyxis_image": image.pyxis,
         "docker_uri": image.docker_uri,
-        "sif": _sif(plan, digest),
+        "sif_path": _sif(plan, digest),
+        **_pulls(cluster, image, layers),
     }
     return _env().get_template(f"{cluster}.sh.j2").render(**ctx)
 
@@ -177,9 +212,12 @@ def published_job_script(
     digest: str | None = None,
     layout: multinode.Layout | None = None,
     signed_by: str | None = None,
+    compression: str | None = None,
 ) -> str:
     """The job script, pinned to the digest of this plan's tested image in `registry`
-    (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then)."""
+    (HOST[:PORT]/NAMESPACE), or to `digest` when given (no registry look-up then). The layer
+    format it states comes from the registry's manifest, or with `digest` from `compression`
+    (--compression: how the image was published); without either it is not known."""
     if not registry:
         raise InputError(
             "--registry",
@@ -190,10 +228,11 @@ def published_job_script(
     reg = Registry.parse(registry)
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise InputError("--digest", digest, "expected sha256:<64 hex>")
+    layers = Layers(compression, "--compression") if compression else Layers()
     if digest is None:
         identity = render(plan, manifests_root).identity
-        digest = RegistryClient(reg).manifest_digest(IMAGE_REPOSITORY, identity)
-        if digest is None:
+        got = RegistryClient(reg).manifest(IMAGE_REPOSITORY, identity)
+        if got is None:
             raise InputError(
                 "--registry",
                 registry,
@@ -201,6 +240,16 @@ def published_job_script(
                 f"run {invocation.command()} --profile {plan.profile} --push --registry {registry}, "
                 "or see the job script before publishing with --digest sha256:...",
             )
+        digest = got[1]
+        found = runtimes.layer_format(got[0])
+        if compression and found and found != compression:
+            raise InputError(
+                "--compression",
+                compression,
+                f"the registry's manifest of {reg.ref(IMAGE_REPOSITORY, identity)} has {found} layers",
+                "leave --compression out: the registry says how the image was published",
+            )
+        layers = Layers(found, "the registry's manifest")
     return job_script(
-        plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout, signed_by
+        plan, target, cluster, reg.host, reg.repo_path(IMAGE_REPOSITORY), digest, layout, signed_by, layers
     )
