@@ -126,7 +126,12 @@ def test_each_offline_readme_command_runs_as_written(command, tmp_path, monkeypa
         # the README says: a job pinned to the digest the registry has for the tested image
         from mtpimage.publish.registryclient import RegistryClient
 
-        monkeypatch.setattr(RegistryClient, "manifest_digest", lambda self, repo, tag: DIGEST)
+        manifest = {"layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip"}]}
+        monkeypatch.setattr(
+            RegistryClient,
+            "manifest",
+            lambda self, repo, ref, *a, **k: (json.dumps(manifest).encode(), DIGEST),
+        )
     proc = run_main(*argv, cwd=tmp_path)
     if "--set" in argv:  # README: this pin fails rule recompute-padding-mask
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
@@ -136,6 +141,8 @@ def test_each_offline_readme_command_runs_as_written(command, tmp_path, monkeypa
     assert "Traceback" not in proc.stderr
     if "--cluster" in argv:
         assert f"@{DIGEST}" in proc.stdout and proc.stdout.startswith("#!/bin/bash"), proc.stdout[:300]
+        if "--digest" not in argv:  # the layer format the registry's manifest names
+            assert "# Layers: gzip (from the registry's manifest)" in proc.stdout
     if "--json" in argv:
         json.loads(proc.stdout)
 
