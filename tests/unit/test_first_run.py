@@ -65,7 +65,7 @@ def test_a_bad_flag_names_a_help_command_that_runs():
 def test_unpublished_image_hint_names_python3_and_the_digest_way(monkeypatch):
     from mtpimage.publish.registryclient import RegistryClient
 
-    monkeypatch.setattr(RegistryClient, "manifest_digest", lambda self, repo, tag: None)
+    monkeypatch.setattr(RegistryClient, "manifest", lambda self, repo, ref, *a, **k: None)
     proc = run_main(
         "explain",
         "--profile",
