@@ -139,10 +139,14 @@ def test_explain_takes_compression_with_digest():
     assert bad.returncode == 2 and "--compression" in bad.stderr
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("cluster", ["slurm", "apptainer"])
 @pytest.mark.parametrize("layers", [ZSTD, Layers("gzip", "--compression"), Layers()])
-def test_single_node_scripts_are_shellcheck_clean(tmp_path, cluster, layers):
+def test_the_scripts_are_shellcheck_clean(tmp_path, cluster, layers, nodes):
     path = tmp_path / "job.sbatch"
-    path.write_text(job_script(_plan(), "rl", cluster, "ghcr.io", "acme/mtp-verl", DIGEST, layers=layers))
+    text = job_script(
+        _plan(), "rl", cluster, "ghcr.io", "acme/mtp-verl", DIGEST, Layout(nodes=nodes), layers=layers
+    )
+    path.write_text(text)
     checked = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout
