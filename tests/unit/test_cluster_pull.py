@@ -150,3 +150,35 @@ def test_the_scripts_are_shellcheck_clean(tmp_path, cluster, layers, nodes):
     path.write_text(text)
     checked = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout
+
+
+def test_the_registry_manifest_names_the_layers_and_a_contrary_compression_is_refused(monkeypatch):
+    import json
+
+    from mtpimage.publish.registryclient import RegistryClient
+
+    from .helpers import run_main
+
+    manifest = {"layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"}]}
+    monkeypatch.setattr(
+        RegistryClient, "manifest", lambda self, repo, ref, *a, **k: (json.dumps(manifest).encode(), DIGEST)
+    )
+    args = [
+        "explain",
+        "--profile",
+        "mtp-detach",
+        "--target",
+        "rl",
+        "--cluster",
+        "slurm",
+        "--registry",
+        "ghcr.io/acme",
+    ]
+    proc = run_main(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "# Layers: zstd (from the registry's manifest): enroot 4.0.0 or later pulls them" in proc.stdout
+    assert "elif ! at_least 4.0.0; then" in proc.stdout
+    bad = run_main(*args, "--compression", "gzip")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "--compression: gzip: the registry's manifest of ghcr.io/acme/mtp-verl:mtp-detach-" in bad.stderr
+    assert "has zstd layers (fix: leave --compression out" in bad.stderr
