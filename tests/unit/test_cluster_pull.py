@@ -6,6 +6,7 @@ arguments."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -14,8 +15,9 @@ from mtpimage.manifests import manifest
 from mtpimage.outputs.jobscripts import Layers, job_script
 from mtpimage.outputs.multinode import Layout
 from mtpimage.plan.model import build_plan
+from mtpimage.publish.registryclient import RegistryClient
 
-from .helpers import run_cli
+from .helpers import run_cli, run_main
 
 DIGEST = "sha256:" + "cd" * 32
 STUBS = {
@@ -153,12 +155,6 @@ def test_the_scripts_are_shellcheck_clean(tmp_path, cluster, layers, nodes):
 
 
 def test_the_registry_manifest_names_the_layers_and_a_contrary_compression_is_refused(monkeypatch):
-    import json
-
-    from mtpimage.publish.registryclient import RegistryClient
-
-    from .helpers import run_main
-
     manifest = {"layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"}]}
     monkeypatch.setattr(
         RegistryClient, "manifest", lambda self, repo, ref, *a, **k: (json.dumps(manifest).encode(), DIGEST)
