@@ -194,8 +194,8 @@ def add_build_arguments(p: argparse.ArgumentParser, main: bool) -> None:
         "--compression",
         default=d,
         choices=list(layercompress.formats()),
-        help="how pushed layers are compressed: gzip (the default; every client), zstd (enroot 4.0+, "
-        "Apptainer 1.4+, podman, docker 23+; not Debian 12's docker) or none. The reproducible engine "
+        help="how pushed layers are compressed: gzip (the default; every client), zstd (which runtimes "
+        "read it: docs/clusters.md; not Debian 12's docker) or none. The reproducible engine "
         "compresses with the tool's pinned zlib or libzstd, so each format has one digest anywhere; "
         "the docker engine pushes dockerd's gzip",
     )
