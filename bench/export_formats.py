@@ -46,8 +46,9 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 from mtpimage import engine  # noqa: E402
+from mtpimage.engine.ocilayout import file_sha256  # noqa: E402
 from mtpimage.outputs import runtimes  # noqa: E402
-from mtpimage.outputs.squashfs import sha256_of, squash, unpack  # noqa: E402
+from mtpimage.outputs.squashfs import squash, unpack  # noqa: E402
 
 PROFILE = "test-detach"
 # Settings export does not offer, measured beside its own for context (not choices): zstd at
@@ -174,7 +175,7 @@ def measure(image: str, label: str, opts, eng) -> dict:
                 comp = runtimes.SquashCompression(name, args, "")
                 got = {"export": _timed(squash, root, out, comp, processors=opts.processors)}
                 sizes[name] = out.stat().st_size
-                digests[name].add(sha256_of(out))
+                digests[name].add(file_sha256(out))
                 dest = Path(unsquash) / "unpacked"
                 cmd = [
                     "unsquashfs",

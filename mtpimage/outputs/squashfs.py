@@ -10,7 +10,6 @@ give the same bytes on any machine with the same squashfs-tools.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from mtpimage import children, engine, invocation
 from mtpimage.assembly.versionvector import VECTOR_PATH
+from mtpimage.engine.ocilayout import file_sha256
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.outputs import runtimeconfig
 from mtpimage.outputs.runtimes import Runtime, SquashCompression, reproducible_args
@@ -112,14 +112,6 @@ def squash(root: Path, out: Path, comp: SquashCompression, processors: int | Non
         raise EnvironmentProblem(f"mksquashfs failed: {err}{fix}")
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def export_squashfs(
     image: str, out: Path, eng: engine.ContainerEngine, rt: Runtime, comp: SquashCompression
 ) -> Exported:
@@ -159,4 +151,4 @@ def export_squashfs(
         squash(root, partial, comp)
         shutil.copyfile(vector, vector_out)
         partial.replace(out)  # never a half-written squashfs under the final name
-    return Exported(out, vector_out, rt, comp, sha256_of(out), out.stat().st_size)
+    return Exported(out, vector_out, rt, comp, file_sha256(out), out.stat().st_size)
