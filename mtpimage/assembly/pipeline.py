@@ -33,7 +33,7 @@ from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import baseplatform, sbomattach
+from mtpimage.publish import baseplatform, formattags, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]
@@ -423,14 +423,15 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     say(image_line(local))
     summary["image"] = local
     local_id = job.build.engine.image_id(local)
-    remote = client.manifest_digest(IMAGE_REPOSITORY, rendered.identity) if client else None
+    tags = formattags.for_format(rendered.identity, plan.profile, job.build.engine.publish_format)
+    remote, stale = _remote(client, tags, say) if client else (None, None)
     if reg is None:
         return _steps(job, rendered, client, local_id, remote, summary, say)
     # With a registry, a failed push must leave no new tag anywhere: the local tags this run
     # sets or moves are put back as they were (docs/build-test-publish.md, "Publish only after the tests pass").
     before = {local: local_id, human_local: job.build.engine.image_id(human_local)}
     try:
-        return _steps(job, rendered, client, local_id, remote, summary, say)
+        return _steps(job, rendered, client, local_id, remote, summary, say, tags, stale)
     except BaseException:
         notes = release.restore_local_tags(job.build.engine, before)
         if notes:
@@ -438,13 +439,43 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
         raise
 
 
-def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: dict, say: Say) -> JobResult:
+def _remote(client, tags: formattags.PublishedTags, say: Say) -> tuple[str | None, str | None]:
+    """(the digest the content tag of this format names, or None; the other format its
+    layers are in when this tool pushed them in another: they are published over)."""
+    got = client.manifest(IMAGE_REPOSITORY, tags.content)
+    if got is None:
+        return None, None
+    try:
+        stale = formattags.stale_format(json.loads(got[0]), tags.format)
+    except ValueError:
+        stale = None  # not JSON: the registry's problem, said where the manifest is read
+    if stale is None:
+        return got[1], None
+    say(
+        f"note    {client.registry.ref(IMAGE_REPOSITORY, tags.content)} holds {stale} layers "
+        f"(pushed before {tags.format} was the format of this tag): publishing {tags.format} over it"
+    )
+    return None, stale
+
+
+def _steps(
+    job: MainJob,
+    rendered: Rendered,
+    client,
+    local_id,
+    remote,
+    summary: dict,
+    say: Say,
+    tags: formattags.PublishedTags | None = None,
+    stale: str | None = None,
+) -> JobResult:
     plan, reg, eng = job.plan, job.registry, job.build.engine
     local, human_local = rendered.image(), rendered.profile_image()
+    tags = tags or formattags.for_format(rendered.identity, plan.profile, eng.publish_format)
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (
-            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote
+            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, tags.profile) == remote
         )
         if local_id is not None and eng.image_id(human_local) != local_id:
             eng.tag(local_id, human_local)
@@ -456,12 +487,12 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             summary["up_to_date"] = True
             if reg is not None:
                 attach_sbom(job, rendered, client, remote, False, summary, say)
-                _published(summary, reg, rendered.identity, plan.profile, remote, say)
+                _published(summary, reg, tags, remote, say)
             return JobResult(UP_TO_DATE, local, local_id, local_only=reg is None)
         if local_id is None:
             raise EnvironmentProblem(
-                f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
-                f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                f"{reg.ref(IMAGE_REPOSITORY, tags.content)} exists but "
+                f"{reg.ref(IMAGE_REPOSITORY, tags.profile)} does not point at it "
                 f"(fix: docker pull it, then run again to move the tag)"
             )
         say(f"up to date: {local} exists locally; publishing it")
@@ -492,41 +523,43 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             eng,
             local,
             IMAGE_REPOSITORY,
-            rendered.identity,
-            plan.profile,
+            tags.content,
+            tags.profile,
             reg,
             client,
             say,
             before_move=before_move,
+            replace=stale is not None,
         )
     except BaseException:
         # publish rolled the image back; an SBOM whose image is gone would name nothing
-        if sboms and _image_gone(client, rendered.identity):
+        if sboms and _image_gone(client, tags.content):
             sbomattach.detach(client, IMAGE_REPOSITORY, image_digest[0], sboms[0])
             say(f"rolled back the SBOM {sboms[0]}")
         raise
     say(
-        f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
-        f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
+        f"pushed  {reg.ref(IMAGE_REPOSITORY, tags.content)} and moved "
+        f"{reg.ref(IMAGE_REPOSITORY, tags.profile)}"
     )
     summary["pushed"] = True
-    _published(summary, reg, rendered.identity, plan.profile, digest, say)
+    _published(summary, reg, tags, digest, say)
     return JobResult(state, local, image_id, local_only=False, pushed=True)
 
 
-def _image_gone(client, identity: str) -> bool:
+def _image_gone(client, tag: str) -> bool:
     """After a failed push: is the content tag gone from the registry? (No answer: keep.)"""
     try:
-        return client.manifest(IMAGE_REPOSITORY, identity, check_header=False) is None
+        return client.manifest(IMAGE_REPOSITORY, tag, check_header=False) is None
     except Exception:  # noqa: BLE001 - the push's own error matters
         return False
 
 
-def _published(summary: dict, reg: Registry, identity: str, profile: str, digest: str, say: Say) -> None:
-    """What a run that ends with the image in the registry reports: the summary's digest and
-    references, and the pull strings."""
+def _published(summary: dict, reg: Registry, tags: formattags.PublishedTags, digest: str, say: Say) -> None:
+    """What a run that ends with the image in the registry reports: the summary's digest,
+    references and layer format, and the pull strings."""
     summary.update(
         digest=digest,
-        references=[reg.ref(IMAGE_REPOSITORY, identity), reg.ref(IMAGE_REPOSITORY, profile)],
+        references=[reg.ref(IMAGE_REPOSITORY, tags.content), reg.ref(IMAGE_REPOSITORY, tags.profile)],
+        layer_format=tags.format,
     )
     say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)

@@ -82,20 +82,25 @@ def publish(
     client: RegistryClient | None = None,
     say: Say = print,
     before_move: Callable[[str], None] | None = None,
+    replace: bool = False,
 ) -> str:
     """Push the tested local image `local` as REG/repository:identity, then move
     REG/repository:profile to it; returns the registry digest. `before_move(digest)` runs
     between the two (the SBOM is attached there: `<profile>` never names an image without
-    it). On any failure, what this call tagged is rolled back (local registry-prefixed tags,
-    and a content tag it created in the registry) and the error is raised."""
+    it). `identity` and `profile` are the tags of the layer format the engine pushes
+    (publish/formattags.py). With `replace`, the content tag names the same image in another
+    layer format (pipeline._remote): it is pushed over, and never deleted on roll-back. On
+    any failure, what this call tagged is rolled back (local registry-prefixed tags, and a
+    content tag it created in the registry) and the error is raised."""
     client = client or RegistryClient(reg)
     content = reg.ref(repository, identity)
     human = reg.ref(repository, profile)
     had_content = client.manifest_digest(repository, identity)
+    created = had_content is None and not replace
     prev_local = local_tags(eng, (content, human))
     try:
         eng.tag(local, content)
-        if had_content is None:
+        if had_content is None or replace:
             push(eng, content, say)
         digest = client.manifest_digest(repository, identity)
         if digest is None:
@@ -110,7 +115,7 @@ def publish(
         return digest
     except BaseException:
         restore_local_tags(eng, prev_local)
-        if had_content is None:
+        if created:
             try:  # by the digest of its bytes, whatever a lying header said
                 got = client.manifest(repository, identity, check_header=False)
                 if got:

@@ -72,12 +72,16 @@ def check_secret_files(args) -> None:
             inputfile.check(Path(path), SECRET_LIMITS[name], f"{name}'s file", name + " " + str(path))
 
 
-def build_options_from_args(args) -> BuildOptions:
+def build_options_from_args(args, compression: tuple[str, str] | None = None) -> BuildOptions:
     """The command's build options, its engine picked here by name (--engine, else
-    MTP_ENGINE, else docker) and passed on in them."""
+    MTP_ENGINE, else docker) and passed on in them. `compression` is (format, where it was
+    said): the profile's builds.compression, used when --compression is not given."""
     check_secret_files(args)
+    fmt, where = getattr(args, "compression", None), "--compression"
+    if fmt is None and compression is not None:
+        fmt, where = compression
     return BuildOptions(
-        engine=engine.named(getattr(args, "engine", None), getattr(args, "compression", None)),
+        engine=engine.named(getattr(args, "engine", None), fmt, where),
         mirrors=Mirrors.configured(getattr(args, "registry_mirror", None)),
         ca_bundle=getattr(args, "ca_bundle", None),
         netrc=getattr(args, "netrc", None),

@@ -77,12 +77,17 @@ def main_job(args, manifests, plan) -> MainJob:
                 "use --push --registry HOST[:PORT]/NAMESPACE",
             )
         reg = Registry.parse(args.registry)
+    # the profile's builds.compression says how its published layers are compressed: it
+    # matters only when publishing (a local image is the engine's own, uncompressed)
+    said = None
+    if reg is not None and plan.layer_compression:
+        said = (plan.layer_compression, f"profile {plan.profile}: builds.compression")
     return MainJob(
         manifests=manifests,
         plan=plan,
         frozen=getattr(args, "frozen", None),
         registry=reg,
-        build=build_options_from_args(args),
+        build=build_options_from_args(args, said),
         gpu=getattr(args, "gpu", False),
         full_checks=getattr(args, "full_checks", False),
         summary_file=getattr(args, "summary_file", None),

@@ -51,19 +51,22 @@ def name(flag: str | None = None) -> str:
     return chosen
 
 
-def named(flag: str | None = None, compression: str | None = None) -> ContainerEngine:
-    """The engine called name(flag), publishing layers in `compression` (--compression; None:
-    compression.yaml's default). The Docker engine pushes its own gzip layers: another format
-    is refused there in one line (only the reproducible engine compresses with the tool's
-    pinned compressor, layercompress.py)."""
+def named(
+    flag: str | None = None, compression: str | None = None, where: str = "--compression"
+) -> ContainerEngine:
+    """The engine called name(flag), publishing layers in `compression` (--compression, or
+    the profile's builds.compression, named by `where`; None: compression.yaml's default).
+    The Docker engine pushes its own gzip layers: another format is refused there in one line
+    (only the reproducible engine compresses with the tool's pinned compressor, layercompress.py)."""
     if name(flag) == "buildah":
-        return BuildahEngine(compression=layercompress.named(compression))
+        return BuildahEngine(compression=layercompress.named(compression, where))
     if compression is not None and compression != "gzip":
+        other = "" if where == "--compression" else ", or --compression gzip for this run"
         raise InputError(
-            "--compression",
+            where,
             compression,
             "the docker engine pushes the gzip layers dockerd makes",
-            "build with --reproducible (--engine buildah) to publish zstd or uncompressed layers",
+            f"build with --reproducible (--engine buildah) to publish zstd or uncompressed layers{other}",
         )
     return DockerEngine()
 

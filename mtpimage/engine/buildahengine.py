@@ -359,6 +359,10 @@ class BuildahEngine(ContainerEngine):
         # tars, a push uploads the form in this format
         self.compression = compression or layercompress.named(None)
 
+    @property
+    def publish_format(self) -> str:
+        return self.compression.name
+
     def describe(self) -> str:
         cli, version = buildah_cli()
         where = "on the layer cache" if self.cached else "on a clean builder"

@@ -123,6 +123,12 @@ class ContainerEngine(ABC):
     # starts: the pipeline's base preflight says so in one line before anything is built.
     needs_local_base: ClassVar[bool] = True
 
+    @property
+    def publish_format(self) -> str:
+        """The layer format this engine pushes (compression.yaml formats): gzip, the layers
+        the engine's own push compresses, unless the engine compresses with the tool's."""
+        return "gzip"
+
     # -- build
     @abstractmethod
     def describe(self) -> str:

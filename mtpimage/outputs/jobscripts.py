@@ -24,6 +24,7 @@ from mtpimage.outputs import multinode, rayjob, runtimes
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
+from mtpimage.publish import formattags
 from mtpimage.publish.registryclient import RegistryClient
 
 FORMATS = ("slurm", "apptainer", "kuberay")
@@ -230,7 +231,10 @@ def published_job_script(
         raise InputError("--digest", digest, "expected sha256:<64 hex>")
     layers = Layers(compression, "--compression") if compression else Layers()
     if digest is None:
-        identity = render(plan, manifests_root).identity
+        # the tag of the format asked for (--compression), else of the default format
+        identity = formattags.for_format(
+            render(plan, manifests_root).identity, plan.profile, compression
+        ).content
         got = RegistryClient(reg).manifest(IMAGE_REPOSITORY, identity)
         if got is None:
             raise InputError(

@@ -242,6 +242,10 @@ class Plan:
     ext_max_jobs: int = field(
         default_factory=lambda: schema.default(COMPONENTS, "builds", "max_jobs"), compare=False
     )
+    # builds.compression (the profile's, else the catalogue's; "" = compression.yaml's
+    # default): how the published layers are compressed, not what they hold (the config and
+    # diff IDs are the same in every format): outside the digest, as --compression is
+    layer_compression: str = field(default="", compare=False)
     # resolution.routes' links (package, link): evidence shown to people by check and explain,
     # not what is built: outside the digest
     route_links: tuple[tuple[str, str], ...] = field(default=(), compare=False)
@@ -265,7 +269,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["ext_max_jobs"], d["route_links"]
+        del d["ext_max_jobs"], d["route_links"], d["layer_compression"]
         if not self.cuda_archs:
             del d["builds_against"]
         if self.platform == schema.default(COMPONENTS, "builds", "platform"):
@@ -420,6 +424,14 @@ def target_platform(cat: dict, profile: dict) -> str:
     return (profile.get("builds") or {}).get("platform") or _builds(cat, "platform")
 
 
+def layer_compression(cat: dict, profile: dict) -> str:
+    """How published layers are compressed: the profile's builds.compression (its own file, a
+    parent's, or --set), else the catalogue's; "" when neither says (compression.yaml's default)."""
+    return (profile.get("builds") or {}).get("compression") or (cat.get("builds") or {}).get(
+        "compression", ""
+    )
+
+
 def _component(name: str, c: dict) -> Component:
     """One catalogue component (with its profile's overrides applied) as the Plan holds it."""
     return Component(
@@ -536,6 +548,7 @@ def build_plan(m: Manifests, rp: ResolvedProfile) -> Plan:
         ),
         route_links=tuple((r["package"], r["link"]) for r in (cat.get("resolution") or {}).get("routes", [])),
         ext_max_jobs=_builds(cat, "max_jobs"),
+        layer_compression=layer_compression(cat, data),
         builds_against=_builds(cat, "against"),
         builder_os_packages=tuple(_builds(cat, "os_packages")) if any(p.build for p in packages) else (),
     )

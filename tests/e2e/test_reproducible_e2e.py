@@ -169,17 +169,23 @@ def test_two_clean_builds_give_one_digest_and_verify_proves_it(world, published)
 
 
 def test_zstd_layers_have_one_digest_anywhere(world, published, tmp_path_factory):
-    """Issue #48: the same image published with --compression zstd (from the layout the first
-    build kept: nothing is built again) is zstd layers the tool made with its pinned libzstd;
-    verify's clean rebuild elsewhere (other cache, umask, time zone, locale) compresses its
-    layers the same way and gets the same blobs and manifest digest. Its config is the gzip
-    image's: only the layer bytes differ."""
+    """Issue #48: the same image published in zstd, asked for by the profile's manifest field
+    (builds.compression, here through --set), to the namespace that already holds its gzip
+    image (from the layout the first build kept: nothing is built again), goes to its own
+    tags <identity>.zstd and <profile>.zstd; the gzip tags stay. Its layers are zstd the tool
+    made with its pinned libzstd; verify's clean rebuild elsewhere (other cache, umask, time
+    zone, locale) compresses its layers the same way and gets the same blobs and manifest
+    digest. Its config is the gzip image's: only the layer bytes differ."""
     host = world["host"].registry
-    ns = f"repro-z-{uuid.uuid4().hex[:6]}"
+    ns = _ns_digest(published)[0]
     zstd = _build_and_push(
-        world, ns, tmp_path_factory.mktemp("repro-z"), "--compression", "zstd", built=False
+        world, ns, tmp_path_factory.mktemp("repro-z"), "--set", "builds.compression=zstd", built=False
     )
     assert zstd["digest"] != published["digest"]
+    gzip_content, gzip_profile = published["references"]
+    assert zstd["references"] == [gzip_content + ".zstd", gzip_profile + ".zstd"], zstd
+    assert zstd["layer_format"] == "zstd"
+    assert _image(host, ns, PROFILE)[1] == _image(host, ns, published["digest"])[1]  # gzip's tag stays
     _, manifest, _ = _image(host, ns, zstd["digest"])
     _, gz, _ = _image(host, *_ns_digest(published))
     assert {d["mediaType"] for d in manifest["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
