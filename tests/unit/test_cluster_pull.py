@@ -178,3 +178,21 @@ def test_the_registry_manifest_names_the_layers_and_a_contrary_compression_is_re
     assert bad.returncode == 2 and bad.stdout == ""
     assert "--compression: gzip: the registry's manifest of ghcr.io/acme/mtp-verl:mtp-detach-" in bad.stderr
     assert "has zstd layers (fix: leave --compression out" in bad.stderr
+
+
+def test_compression_without_digest_asks_for_that_formats_own_tag(monkeypatch):
+    """--compression zstd without --digest pins the zstd image: its own tag <identity>.zstd
+    (publish/formattags.py), not the gzip image under the plain tag."""
+    asked: list[str] = []
+    manifest = {"layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"}]}
+
+    def got(self, repo, ref, *a, **k):
+        asked.append(ref)
+        return json.dumps(manifest).encode(), DIGEST
+
+    monkeypatch.setattr(RegistryClient, "manifest", got)
+    args = ["explain", "--profile", "mtp-detach", "--target", "rl", "--cluster", "slurm"]
+    proc = run_main(*args, "--registry", "ghcr.io/acme", "--compression", "zstd")
+    assert proc.returncode == 0, proc.stderr
+    assert len(asked) == 1 and asked[0].startswith("mtp-detach-") and asked[0].endswith(".zstd"), asked
+    assert f"@{DIGEST}" in proc.stdout
