@@ -423,10 +423,10 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     say(image_line(local))
     summary["image"] = local
     local_id = job.build.engine.image_id(local)
-    tags = formattags.for_format(rendered.identity, plan.profile, job.build.engine.publish_format)
-    remote, stale = _remote(client, tags, say) if client else (None, None)
     if reg is None:
-        return _steps(job, rendered, client, local_id, remote, summary, say)
+        return _steps(job, rendered, client, local_id, None, summary, say)
+    tags = formattags.for_format(rendered.identity, plan.profile, job.build.engine.publish_format)
+    remote, stale = _remote(client, tags, say)
     # With a registry, a failed push must leave no new tag anywhere: the local tags this run
     # sets or moves are put back as they were (docs/build-test-publish.md, "Publish only after the tests pass").
     before = {local: local_id, human_local: job.build.engine.image_id(human_local)}
@@ -471,7 +471,6 @@ def _steps(
 ) -> JobResult:
     plan, reg, eng = job.plan, job.registry, job.build.engine
     local, human_local = rendered.image(), rendered.profile_image()
-    tags = tags or formattags.for_format(rendered.identity, plan.profile, eng.publish_format)
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (
