@@ -230,3 +230,21 @@ def test_the_lock_records_the_gap_and_the_rule_names_it_for_the_profile(index, t
     assert "it blocks profile mtp-rollout (targets rl)" in result.detail
     # the amd64 plan of the same lock is untouched
     assert _verdict(_plan(m=manifest.load(root))).status == rules.NA
+
+
+def test_render_refuses_a_platform_the_lock_holds_no_set_for(tmp_path):
+    lock = _lock()
+    for prof in lock["profiles"].values():
+        prof.pop("platform_sets")
+    root = copy_manifests(tmp_path)
+    lockfile.write(root / "lock.yaml", lock)
+    args = ["render", "--manifests", str(root), "--profile", "mtp-rollout", "--out", str(tmp_path / "r")]
+    out = run_main(*args, "--set", f"builds.platform={ARM}")
+    assert out.returncode != 0 and not (tmp_path / "r").exists()
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert (
+        "builds.platform: linux/arm64: lock.yaml holds no linux/arm64 set for profile mtp-rollout" in lines[0]
+    )
+    assert "builds.lock_platforms" in lines[0]
+    assert run_main(*args).returncode == 0  # linux/amd64 renders from the same lock
