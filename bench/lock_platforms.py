@@ -106,7 +106,7 @@ def main() -> int:
     arm_key = docs["both"]["profiles"]["mtp-rollout"]["platform_sets"]["linux/arm64"]
     amd, arm = docs["both"]["python_sets"][amd_key], docs["both"]["python_sets"][arm_key]
     both_files = [n for n in amd["packages"] if n in arm["packages"] and amd["packages"][n].get("file")]
-    med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
+    med = {k: round(statistics.median(r["seconds"] for r in v), 2) for k, v in runs.items()}
     out = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores, shared), {platform.platform()}",
