@@ -74,13 +74,13 @@ def _patch(p) -> dict:
 
 
 def base_platform(plan: Plan) -> dict:
-    """The manifest the image starts from: the build platform and, as lock.yaml recorded it,
-    what the base digest names (an index or a single-platform image) and that platform's
-    manifest digest; `unrecorded` and null where the lock has no record (made where the
-    registry did not answer, or a substituted base)."""
+    """The manifest the image starts from: the plan's platform (builds.platform; the build
+    platform unless set) and, as lock.yaml recorded it, what the base digest names (an index or
+    a single-platform image) and that platform's manifest digest; `unrecorded` and null where
+    the lock has no record (made where the registry did not answer, or a substituted base)."""
     bp = plan.base_platform
     if bp is None:
-        return {"platform": BUILD_PLATFORM, "manifest": UNRECORDED, "digest": None}
+        return {"platform": plan.platform or BUILD_PLATFORM, "manifest": UNRECORDED, "digest": None}
     return {"platform": bp.platform, "manifest": bp.manifest, "digest": bp.digest}
 
 

@@ -23,8 +23,11 @@ from mtpimage.assembly.render import render
 from mtpimage.commands.load import load_for, plan_for, substitutions_of
 from mtpimage.engine import ENGINES, layercompress
 from mtpimage.engine.containerengine import SECRET_LIMITS
+from mtpimage.errors import InputError
+from mtpimage.lock import lockfile
 from mtpimage.manifests import inputfile
 from mtpimage.mirrors import Mirrors
+from mtpimage.plan import rules
 
 
 def _say(msg: str) -> None:
@@ -94,9 +97,20 @@ def build_options_from_args(args, compression: tuple[str, str] | None = None) ->
 
 
 # ----------------------------------------------------------------------------- commands
+def _refuse_unlocked_platform(plan, m) -> None:
+    """A plan for another platform than the lock's own renders only from its platform's locked
+    set (rule platform-wheels, which builds enforce with every rule): without it, the render
+    would install by version, or x86_64 hashes on arm64."""
+    verdict = rules.platform_wheels(plan, {})
+    if verdict.status == rules.FAIL:
+        rule = next(r for r in rules.rules() if r.id == "platform-wheels")
+        raise InputError(lockfile.shown(m.root), "builds.platform", verdict.detail, rule.fix)
+
+
 def cmd_render(args) -> int:
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    _refuse_unlocked_platform(plan, m)
     rendered = render(plan, m.root)
     out = Path(args.out) if args.out else Path("out") / plan.profile
     count = len(rendered.write(out))

@@ -42,6 +42,8 @@ def plan_for(
     lock = lockfile.read(lockfile.lock_path(Path(m.root)))
     changes = {
         "locked": lockfile.locked_requirements(m, plan, lock),
+        # the pins its platform's set has no wheel for (rule platform-wheels names them)
+        "platform_gaps": lockfile.platform_gaps(m, plan, lock),
         # the manifest the build pulls from the pinned base: it is what the image starts from
         "base_platform": lockfile.locked_base_platform(lock, plan),
     }

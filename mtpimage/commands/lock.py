@@ -115,8 +115,15 @@ def cmd_lock(args) -> int:
     print(
         f"{'wrote' if out.changed else 'unchanged'} {m.root.name}/lock.yaml: {out.profiles} profile(s), "
         f"{out.components} components, {out.packages} Python packages resolved "
-        f"(uv {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)"
+        + (
+            f"({', '.join(f'{p} {n}' for p, n in out.per_platform.items())}; "
+            if len(out.per_platform) > 1
+            else "("
+        )
+        + f"uv {out.resolve_seconds:.1f} s, total {out.elapsed:.1f} s)"
     )
+    for line in out.no_wheel:
+        print(f"no wheel for {line}: rule platform-wheels refuses those plans")
     for line in out.notes:
         print(line)
     if out.cutoff_was is not None:

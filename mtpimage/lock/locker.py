@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mtpimage import gitfetch
+from mtpimage import gitfetch, netpolicy
 from mtpimage.errors import BuilderError, InputError
-from mtpimage.lock import lockfile, pydeps, srcmeta, staging
+from mtpimage.lock import lockfile, pydeps, pythonset, srcmeta, staging
 from mtpimage.lock.extsource import verify_source
 from mtpimage.lock.probes import PROBED_RULES, apply_check, patch_paths, probe_plan, source_root
 from mtpimage.lock.pythonset import PythonSets
@@ -36,7 +36,8 @@ from mtpimage.manifests.patches import PatchUnavailable
 from mtpimage.manifests.patches import as_files as patch_files
 from mtpimage.mirrors import BuildMirrors
 from mtpimage.plan import rules
-from mtpimage.plan.model import Plan, build_plan
+from mtpimage.plan.model import Plan, build_plan, lock_platforms
+from mtpimage.plan.platforms import arch_of
 from mtpimage.publish import baseplatform
 from mtpimage.publish.baseplatform import BaseNotServed
 
@@ -56,6 +57,8 @@ class LockOutcome:
     profiles: int = 0
     components: int = 0
     packages: int = 0  # Python packages resolved in this run
+    per_platform: dict[str, int] = field(default_factory=dict)  # platform -> packages (its sets)
+    no_wheel: list[str] = field(default_factory=list)  # platform: NAME VERSION (profiles)
     resolve_seconds: float = 0.0
     elapsed: float = 0.0
     unverified: list[str] = field(default_factory=list)
@@ -468,7 +471,7 @@ def lock(
             sets=dict(old.get("python_sets") or {}),
         )
         _lock_profiles(m, plans, locker, entries)
-        base = _base_entry(plans[0], previous, mirrors, locker)
+        base = _base_entry(plans[0], previous, mirrors, locker, lock_platforms(m.catalogue.data)[1:])
     except (gitfetch.GitError, pydeps.IndexUnreachable, PatchUnavailable, BaseNotServed) as exc:
         raise BuilderError(f"lock failed, {_untouched(staged, m.root)}: {exc.one_line()}") from None
     except InputError as exc:
@@ -504,6 +507,7 @@ def lock(
     outcome.packages = sum(
         len(s.get("packages") or {}) for k, s in doc["python_sets"].items() if k in locker.sets
     )
+    _platform_counts(doc, set(locker.sets), outcome)
     if locker.failures or not write or (require_verified and len(locker.unverified) > 0):
         return outcome  # a lock is written only complete and with every check passed
     files = {path: lockfile.dumps(doc)}
@@ -515,6 +519,28 @@ def lock(
     outcome.changed = path in written
     outcome.files = [f"{m.root.name}/{p.name}" for p in written]
     return outcome
+
+
+def _platform_counts(doc: dict, resolved: set[str], outcome: LockOutcome) -> None:
+    """Packages per platform of the sets this run resolved, and each pin a platform's set has no
+    wheel for, with the profiles it blocks (printed by the command; rule platform-wheels says
+    it per plan)."""
+    by_platform: dict[str, set[str]] = {}
+    blocked: dict[tuple[str, str], list[str]] = {}
+    for name, prof in sorted(doc["profiles"].items()):
+        keys = {pythonset.LOCK_PLATFORM: prof.get("python_set")} | dict(prof.get("platform_sets") or {})
+        for platform, key in keys.items():
+            if key in resolved:
+                by_platform.setdefault(platform, set()).add(key)
+                for pkg, e in sorted((doc["python_sets"][key].get("no_wheel") or {}).items()):
+                    blocked.setdefault((platform, f"{pkg} {e.get('version')}"), []).append(name)
+    outcome.per_platform = {
+        p: sum(len(doc["python_sets"][k].get("packages") or {}) for k in keys)
+        for p, keys in by_platform.items()
+    }
+    outcome.no_wheel = [
+        f"{p}: {what} (blocks {', '.join(names)})" for (p, what), names in sorted(blocked.items())
+    ]
 
 
 def _untouched(staged: str | None, root: Path) -> str:
@@ -571,10 +597,13 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
             if r.rule.id in PROBED_RULES and r.rule.id in probes:  # a misfit patch is said per component
                 locker.failures.append(f"{plan.profile}: {r.rule.id}: {r.detail}")
         key = locker.python_set(plan)
+        # every other platform of builds.lock_platforms: its own resolution and files
+        others = {p: locker.python_set(plan, p, first=key) for p in lock_platforms(m.catalogue.data)[1:]}
         e.profiles[plan.profile] = {
             "components": sorted(c.name for c in plan.components),
             "packages": sorted(p.name for p in plan.packages),
             "python_set": key,
+            **({"platform_sets": others} if others else {}),
             "probes": {
                 rid: {"status": probes[rid].status, "detail": probes[rid].detail}
                 for rid in PROBED_RULES
@@ -583,9 +612,12 @@ def _lock_profiles(m: manifest.Manifests, plans: list[Plan], locker: Locker, e: 
         }
 
 
-def _base_entry(plan: Plan, previous: dict | None, mirrors: BuildMirrors | None, locker: Locker) -> dict:
+def _base_entry(
+    plan: Plan, previous: dict | None, mirrors: BuildMirrors | None, locker: Locker, others: list[str] = ()
+) -> dict:
     """lock.yaml's `base_image`: the manifests' pin, and the platform manifest it names where
-    the registry (or the mirror a build pulls from) answers; unverified with the reason where not."""
+    the registry (or the mirror a build pulls from) answers; unverified with the reason where not.
+    `others`: the lock's other platforms, whose manifests of the same index go in `platforms`."""
     base = lockfile.base_pin(plan)
     image = plan.base_image
     previous_base = (previous or {}).get("base_image")
@@ -601,12 +633,42 @@ def _base_entry(plan: Plan, previous: dict | None, mirrors: BuildMirrors | None,
         moved = baseplatform.tag_moved(image, mirrors)
         if moved:
             locker.notes.append(moved)
+    if others:
+        prev = (
+            ((previous_base or {}).get("platforms") or {})
+            if (previous_base or {}).get("digest") == plan.base_digest
+            else {}
+        )
+        base["platforms"] = {p: _other_platform_base(image, p, prev.get(p), mirrors, locker) for p in others}
     return base
+
+
+def _other_platform_base(image: str, platform: str, previous: dict | None, mirrors, locker: Locker) -> dict:
+    """The manifest the pinned base's index names for another platform (linux/arm64), read as
+    baseplatform.lock_entry reads the build platform's; where the registry does not answer, the
+    previous lock's record is kept (marked unverified) and nothing is invented."""
+    try:
+        got = netpolicy.retrying(baseplatform.transient)(baseplatform.resolve, image, mirrors, platform, None)
+    except Exception as exc:
+        if not baseplatform.unreachable(exc):
+            raise
+        why = f"{baseplatform._where(image, mirrors).source} {baseplatform.reason(exc)}"  # as lock_entry says it
+        entry: dict = {}
+        if (previous or {}).get("platform_digest"):
+            entry.update(manifest=previous.get("manifest"), platform_digest=previous["platform_digest"])
+            why += "; platform_digest kept as the previous lock recorded it, not read again"
+        else:
+            why += f"; no {platform} manifest digest recorded (lock again where the registry answers)"
+        locker.unverified.append(f"base image {image.split('@')[0]}: {platform} manifest not verified: {why}")
+        return entry | {"verified": False, "reason": why}
+    return {"manifest": got.manifest, "platform_digest": got.platform_digest, "verified": True}
 
 
 def _document(plans: list[Plan], cutoff: dict, e: _LockEntries, base: dict) -> dict:
     """lock.yaml's document: only what the locked profiles use, every section sorted."""
     live = {p["python_set"] for p in e.profiles.values()}
+    live |= {k for p in e.profiles.values() for k in (p.get("platform_sets") or {}).values()}
+    others = sorted({pl for p in e.profiles.values() for pl in p.get("platform_sets") or {}})
     used_components = {c for p in e.profiles.values() for c in p["components"]}
     used_packages = {c for p in e.profiles.values() for c in p["packages"]}
     return {
@@ -615,6 +677,8 @@ def _document(plans: list[Plan], cutoff: dict, e: _LockEntries, base: dict) -> d
             "python": plans[0].python,
             "platform": pydeps.PLATFORM,
             "implementation": pydeps.IMPLEMENTATION,
+            # the other platforms this lock holds sets for (each profile's platform_sets)
+            **({"other_platforms": {p: pydeps.wheel_platform(arch_of(p)) for p in others}} if others else {}),
         },
         lockfile.CUTOFF_KEY: lockfile.cutoff_entry(cutoff),
         "base_image": base,

@@ -27,8 +27,9 @@ from mtpimage.errors import InputError
 from mtpimage.ext.extensions import source_pin
 from mtpimage.locations import DEFAULT_MANIFESTS
 from mtpimage.lock import staging
+from mtpimage.manifests import schema
 from mtpimage.manifests.yamlsource import error_line, error_text
-from mtpimage.plan.model import Component, LockedRow, Plan
+from mtpimage.plan.model import COMPONENTS, Component, LockedRow, Plan
 from mtpimage.plan.rules import FAIL, PASS, UNKNOWN, Verdict
 from mtpimage.publish.baseplatform import from_lock
 
@@ -325,6 +326,16 @@ def _fix(root: Path, name: str | None = None) -> str:
     )
 
 
+def set_key_for(lock: dict, profile: str, platform: str) -> str | None:
+    """The key of `profile`'s python set for `platform`: `python_set` for the lock's own
+    platform (the schema default of builds.platform), `platform_sets.PLATFORM` for another;
+    None when the lock holds none for it."""
+    prof = (lock.get("profiles") or {}).get(profile) or {}
+    if platform == schema.default(COMPONENTS, "builds", "platform"):
+        return prof.get("python_set")
+    return (prof.get("platform_sets") or {}).get(platform)
+
+
 def _diff(a: dict, b: dict) -> list[str]:
     keys = sorted(set(a) | set(b))
     return [f"{k}: manifests {a.get(k)!r}, lock.yaml {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
@@ -445,11 +456,12 @@ def _refuse_recorded_failures(where: str, lock: dict, plan: Plan, root: Path) ->
                     _fix(root, c.name),
                 )
     prof = (lock.get("profiles") or {}).get(plan.profile) or {}
-    pyset = (lock.get("python_sets") or {}).get(prof.get("python_set")) or {}
+    key = set_key_for(lock, plan.profile, plan.platform) or prof.get("python_set")
+    pyset = (lock.get("python_sets") or {}).get(key) or {}
     if pyset.get("resolved") is False:
         raise InputError(
             where,
-            f"python_sets.{prof.get('python_set')}.resolved",
+            f"python_sets.{key}.resolved",
             "records a set that did not resolve",
             _fix(root),
         )
@@ -525,12 +537,37 @@ def _locked_patches(plan: Plan, lock: dict, where: str):
 _READ = object()  # locked_requirements' default: read lock.yaml itself
 
 
+def platform_gaps(manifests, plan: Plan, lock=_READ) -> tuple[LockedRow, ...]:
+    """The pins lock.yaml's set for the plan's platform records with no wheel there
+    (`no_wheel`): rows without a file, for rule platform-wheels to name with what they block.
+    Empty when the set has none, or the lock does not match the plan."""
+    if lock is _READ:
+        lock = read(lock_path(Path(manifests.root)))
+    if lock is None:
+        return ()
+    try:
+        check_frozen(manifests, plan, lock)
+    except InputError:
+        return ()
+    pyset = (lock.get("python_sets") or {}).get(set_key_for(lock, plan.profile, plan.platform)) or {}
+    return tuple(
+        LockedRow(
+            name, str(e.get("version", "")), str(e.get("layer", "")), str(e.get("index", "pypi")), "", ""
+        )
+        for name, e in sorted((pyset.get("no_wheel") or {}).items())
+    )
+
+
 def locked_base_platform(lock: dict | None, plan: Plan):
-    """lock.yaml's platform manifest record of the plan's base (a BasePlatform), or None when
-    the lock has none or was made for another base (name, tag or digest)."""
+    """lock.yaml's platform manifest record of the plan's base for the plan's platform (a
+    BasePlatform), or None when the lock has none or was made for another base (name, tag or
+    digest). Another platform's record is base_image.platforms.PLATFORM."""
     base = (lock or {}).get("base_image") or {}
     if {k: base.get(k) for k in ("name", "tag", "digest")} != base_pin(plan):
         return None
+    if plan.platform != schema.default(COMPONENTS, "builds", "platform"):
+        other = (base.get("platforms") or {}).get(plan.platform)
+        return from_lock({**other, "platform": plan.platform}) if other else None
     return from_lock(base)
 
 
@@ -547,10 +584,12 @@ def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple[LockedRow, .
         check_frozen(manifests, plan, lock)
     except InputError:
         return ()
-    key = ((lock.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
+    key = set_key_for(lock, plan.profile, plan.platform)  # the plan's platform's own files
     pyset = (lock.get("python_sets") or {}).get(key) or {}
-    if not pyset.get("resolved") or "layer" not in next(
-        iter((pyset.get("packages") or {"": {}}).values()), {}
+    if (
+        not pyset.get("resolved")
+        or pyset.get("no_wheel")
+        or "layer" not in next(iter((pyset.get("packages") or {"": {}}).values()), {})
     ):
         return ()
     out = []

@@ -30,13 +30,29 @@ from mtpimage.publish.registryclient import network_reason
 # The base image is Ubuntu 24.04 (glibc 2.39): every manylinux tag up to 2.39 installs there.
 # manylinux_2_28 alone is not enough: sglang 0.5.12's wheels are manylinux_2_34. pip 23
 # does not expand a given manylinux_2_x platform to the older ones, so all are listed.
-GLIBC = (2, 39)
-PLATFORM = f"manylinux_{GLIBC[0]}_{GLIBC[1]}_x86_64"
-PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC[1], 16, -1)] + [
-    "manylinux2014_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux1_x86_64",
-]
+GLIBC = (2, 39)  # the same on linux/arm64: Ubuntu 24.04 ships glibc 2.39 for both CPUs
+ARCH = "x86_64"  # linux/amd64's wheel architecture: the lock's first platform (platforms.yaml)
+
+
+def wheel_platform(arch: str = ARCH) -> str:
+    """The newest manylinux tag the base's glibc installs on `arch` (manylinux_2_39_aarch64)."""
+    return f"manylinux_{GLIBC[0]}_{GLIBC[1]}_{arch}"
+
+
+def platform_tags(arch: str = ARCH) -> list[str]:
+    """Every manylinux platform tag the base installs on `arch`, newest first (as pip ranks
+    them); the legacy aliases exist for x86_64 only up to manylinux2014."""
+    legacy = ["manylinux2014", "manylinux2010", "manylinux1"] if arch == "x86_64" else ["manylinux2014"]
+    return [f"manylinux_2_{m}_{arch}" for m in range(GLIBC[1], 16, -1)] + [f"{x}_{arch}" for x in legacy]
+
+
+def uv_platform(arch: str = ARCH) -> str:
+    """uv's --python-platform for `arch` on the base's glibc (aarch64-manylinux_2_39)."""
+    return f"{arch}-manylinux_{GLIBC[0]}_{GLIBC[1]}"
+
+
+PLATFORM = wheel_platform()
+PLATFORMS = platform_tags()
 IMPLEMENTATION = "cp"
 
 

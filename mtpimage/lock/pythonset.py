@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from mtpimage.errors import BuilderError, InputError
 from mtpimage.ext.extensions import source_pin
 from mtpimage.lock import lockfile, pydeps, resolver, srcmeta
-from mtpimage.plan import rules
-from mtpimage.plan.model import Plan
+from mtpimage.manifests import schema
+from mtpimage.plan import platforms, rules
+from mtpimage.plan.model import COMPONENTS, Plan
+
+# the lock's own platform: each profile's `python_set` is for it; another is a `platform_sets` entry
+LOCK_PLATFORM = schema.default(COMPONENTS, "builds", "platform")
 
 
 def resolution_fix(exc: resolver.ResolutionFailed) -> str:
@@ -35,18 +39,34 @@ class PythonSets:
             "exclude_newer_package": self.cutoff.get("exclude_newer_package") or {},
         }
 
-    def _preferences(self, plan: Plan, key: str) -> dict[str, str]:
+    def _preferences(
+        self, plan: Plan, key: str, platform: str = LOCK_PLATFORM, first: str = ""
+    ) -> dict[str, str]:
         """The previous lock's pins for this set (else for the set the profile had), kept where
         they still fit, when the cutoff has not moved and nothing asked to upgrade everything:
         a re-lock then changes only what a changed input forces (as `uv lock` keeps its pins
-        unless --upgrade), not what an index that back-dates its listings newly shows."""
+        unless --upgrade), not what an index that back-dates its listings newly shows.
+        Another platform's set also prefers the versions this run resolved for the lock's own
+        platform (`first`, its set key), always: one stack at the same versions on every CPU,
+        where only markers (sglang's decord2 on aarch64) make them differ."""
         prev = self.previous or {}
-        if not self.keep_pins or lockfile.cutoff_of(prev) != self.cutoff:
-            return {}
-        sets = prev.get("python_sets") or {}
-        was = ((prev.get("profiles") or {}).get(plan.profile) or {}).get("python_set")
-        doc = sets.get(key) or sets.get(was) or {}
-        return {str(n): str(e["version"]) for n, e in (doc.get("packages") or {}).items() if "version" in e}
+        out: dict[str, str] = {}
+        if self.keep_pins and lockfile.cutoff_of(prev) == self.cutoff:
+            sets = prev.get("python_sets") or {}
+            profile = (prev.get("profiles") or {}).get(plan.profile) or {}
+            was = (
+                profile.get("python_set")
+                if platform == LOCK_PLATFORM
+                else (profile.get("platform_sets") or {}).get(platform)
+            )
+            doc = sets.get(key) or sets.get(was) or {}
+            out = {
+                str(n): str(e["version"]) for n, e in (doc.get("packages") or {}).items() if "version" in e
+            }
+        if first:
+            pkgs = (self.sets.get(first) or {}).get("packages") or {}
+            out.update({str(n): str(e["version"]) for n, e in pkgs.items() if "version" in e})
+        return out
 
     def _stub_for(self, plan: Plan, c) -> tuple[str, dict]:
         """A git source's resolution stub: its own metadata, read from the fetched source.
@@ -100,26 +120,30 @@ class PythonSets:
             "declared": list(meta.requires),
         }
 
-    def python_set(self, plan: Plan) -> str:
-        """Resolve `plan`'s whole Python environment once per distinct input (its key) and
-        record the set's document in self.sets; returns the key. Stages: inputs (index probes,
-        requirements and stubs), resolution, layer assignment, file selection, document."""
-        s = self._set_inputs(plan)
+    def python_set(self, plan: Plan, platform: str = LOCK_PLATFORM, first: str = "") -> str:
+        """Resolve `plan`'s whole Python environment for `platform` once per distinct input (its
+        key, which names the platform unless it is the lock's own) and record the set's document
+        in self.sets; returns the key. `first`: the key of this plan's set for the lock's own
+        platform (another platform prefers its versions). Stages: inputs (index probes,
+        requirements and stubs), resolution, layer assignment, file selection, document. On
+        another platform a pin with no wheel for it is recorded in the set's `no_wheel`
+        (rule platform-wheels names it and what it blocks), not a failure of the lock."""
+        s = self._set_inputs(plan, platform)
         if s.key in self.sets:
             return s.key
         doc = _set_head(plan, s)
         t0 = time.monotonic()
+        arch = platforms.arch_of(platform)
+        gaps: dict[str, str] = {}
         try:
-            res = resolver.resolve(
-                s.requirements,
-                s.stubs,
-                s.overrides,
-                s.excludes,
-                s.reachable,
-                plan.python,
-                **self._cutoff_args(),
-                preferences=self._preferences(plan, s.key),
+            args = (s.requirements, s.stubs, s.overrides, s.excludes, s.reachable, plan.python)
+            kwargs = dict(
+                **self._cutoff_args(), preferences=self._preferences(plan, s.key, platform, first), arch=arch
             )
+            if platform == LOCK_PLATFORM:
+                res = resolver.resolve(*args, **kwargs)
+            else:
+                res, gaps = resolver.resolve_allowing_gaps(*args, **kwargs)
         except resolver.ResolutionFailed as exc:
             self.resolve_seconds += time.monotonic() - t0
             tls = pydeps.tls_failure(str(exc))
@@ -136,15 +160,18 @@ class PythonSets:
         self._cuda_line(plan, res.packages, s.key)
         layers = resolver.assign_layers(res.packages, _layer_members(plan))
         try:
-            files, index_of = self._select_files(plan, s, res)
+            files, index_of = self._select_files(plan, s, res, arch, gaps)
         except resolver.ResolutionFailed as exc:
             return self._failed_set(s.key, doc, exc, f"python set {s.key} ({plan.profile}): {exc}")
         self.resolve_seconds += time.monotonic() - t0
         packages = {
             name: _package_entry(plan, s, name, entry, layers[name], index_of, files)
             for name, entry in res.packages.items()
+            if name not in gaps
         }
         doc.update(resolved=True, packages=dict(sorted(packages.items())))
+        if gaps:
+            doc["no_wheel"] = self._no_wheel(plan, s, gaps, first)
         # what stood in for the sources and the unreachable packages: enough to re-run this
         # resolution without GitHub (tests/e2e/test_real_stack_resolution.py does, in CI)
         doc["stubs"] = {
@@ -155,7 +182,7 @@ class PythonSets:
             }
             for n, v in sorted(s.stubs.items())
         }
-        doc["build_requires"] = self._build_sets(plan, s.indexes)
+        doc["build_requires"] = self._build_sets(plan, s.indexes, arch, doc)
         self._unverified_of(doc, res, s.unverified)
         self._override_covers(plan, s, doc)
         self.sets[s.key] = doc
@@ -234,7 +261,22 @@ class PythonSets:
                     "link; an override that names it is the declaration that the mix is meant)"
                 )
 
-    def _set_inputs(self, plan: Plan) -> _SetInputs:
+    def _no_wheel(self, plan: Plan, s: _SetInputs, gaps: dict[str, str], first: str) -> dict:
+        """The set's pins with no wheel for its platform: version (uv's, else the lock's own
+        platform's), the layer the lock's own platform installs it in, and its index."""
+        own = (self.sets.get(first) or {}).get("packages") or {}
+        out = {}
+        for name, version in sorted(gaps.items()):
+            row = own.get(name) or {}
+            pk = plan.package(s.owner.get(name, ""))
+            out[name] = {
+                "version": version or str(row.get("version", "")),
+                "layer": str(row.get("layer", "")),
+                "index": pk.index if pk is not None else str(row.get("index", "pypi")),
+            }
+        return out
+
+    def _set_inputs(self, plan: Plan, platform: str = LOCK_PLATFORM) -> _SetInputs:
         """Stage 1: which indexes answer, what is required, what stands in for what an index
         cannot tell (git sources' own metadata, compiled extensions' declared requires)."""
         indexes = dict(plan.indexes)
@@ -258,11 +300,11 @@ class PythonSets:
         s.overrides = [o[0] for o in plan.resolution_overrides]
         s.excludes = [e[0] for e in plan.excludes]
         stub_key = {k: {kk: vv for kk, vv in v.items() if kk != "declared"} for k, v in s.stubs.items()}
-        s.key = lockfile.set_key(
-            s.requirements,
-            {n: indexes[n] for n in s.used},
-            {"stubs": stub_key, "overrides": s.overrides, "excludes": s.excludes},
-        )
+        inputs: dict = {"stubs": stub_key, "overrides": s.overrides, "excludes": s.excludes}
+        if platform != LOCK_PLATFORM:  # the lock's own platform keeps the keys made before
+            inputs["platform"] = platform
+            s.platform = platform
+        s.key = lockfile.set_key(s.requirements, {n: indexes[n] for n in s.used}, inputs)
         return s
 
     def _requirements_and_stubs(self, plan: Plan, s: _SetInputs) -> None:
@@ -309,8 +351,12 @@ class PythonSets:
                 "it from a pinned source: components.yaml `build`, an sdist by sha256 or a git commit)"
             )
 
-    def _select_files(self, plan: Plan, s: _SetInputs, res) -> tuple[dict, dict]:
-        """Stage 4: one hashed file per resolved package, from the index that serves it."""
+    def _select_files(
+        self, plan: Plan, s: _SetInputs, res, arch: str = pydeps.ARCH, gaps: dict | None = None
+    ) -> tuple[dict, dict]:
+        """Stage 4: one hashed file per resolved package, from the index that serves it, for
+        the platform's CPU. With `gaps` (another platform), a pin with no file for it is
+        added there instead of failing (uv may resolve it from an sdist it never installs)."""
         pins_by_index: dict[str, dict[str, str]] = {}
         index_of: dict[str, str] = {}
         for name, entry in res.packages.items():
@@ -321,12 +367,16 @@ class PythonSets:
             index_of[name] = idx
             pins_by_index.setdefault(idx, {})[name] = entry["version"]
         files: dict[str, dict] = {}
+        sdists = {pydeps.canonical(n) for n, _w in plan.sdists}
         for idx, pins in sorted(pins_by_index.items()):
-            files.update(
-                resolver.select_files(
-                    pins, s.indexes[idx], plan.python, {pydeps.canonical(n) for n, _w in plan.sdists}
-                )
-            )
+            try:
+                files.update(resolver.select_files(pins, s.indexes[idx], plan.python, sdists, arch))
+            except resolver.NoPlatformWheel as exc:
+                if gaps is None:
+                    raise
+                gaps.update(exc.missing)
+                rest = {n: v for n, v in pins.items() if n not in exc.missing}
+                files.update(resolver.select_files(rest, s.indexes[idx], plan.python, sdists, arch))
         return files, index_of
 
     def _failed_set(self, key: str, doc: dict, exc: Exception, failure: str) -> str:
@@ -336,25 +386,47 @@ class PythonSets:
         self.sets[key] = doc
         return key
 
-    def _build_sets(self, plan: Plan, indexes: dict[str, str]) -> dict:
-        """The hashed build backends of every git source and compiled extension."""
+    def _build_sets(
+        self, plan: Plan, indexes: dict[str, str], arch: str = pydeps.ARCH, doc: dict | None = None
+    ) -> dict:
+        """The hashed build backends of every git source and compiled extension, for the
+        platform's CPU; on another platform a backend with no wheel there goes to the set's
+        `no_wheel` (with the build it serves) instead of failing the lock."""
         build_sets = {}
         builders = [_Named(c.name, c.build_requires) for c in plan.components if c.source == "git"]
         builders += [_Named(p.name, p.build.build_requires) for p in plan.packages if p.build is not None]
         for c in builders:
             if not c.build_requires:
                 continue
+            gaps: dict[str, str] = {}
             try:
-                br = resolver.resolve(
-                    list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python, **self._cutoff_args()
-                )
+                args = (list(c.build_requires), {}, [], [], [indexes["pypi"]], plan.python)
+                if arch == pydeps.ARCH:
+                    br = resolver.resolve(*args, **self._cutoff_args())
+                else:
+                    br, gaps = resolver.resolve_allowing_gaps(*args, **self._cutoff_args(), arch=arch)
+                pins = {n: e["version"] for n, e in br.packages.items()}
+                try:
+                    bfiles = resolver.select_files(pins, indexes["pypi"], plan.python, arch=arch)
+                except resolver.NoPlatformWheel as exc:
+                    if arch == pydeps.ARCH:
+                        raise
+                    gaps.update(exc.missing)
+                    rest = {n: v for n, v in pins.items() if n not in exc.missing}
+                    bfiles = resolver.select_files(rest, indexes["pypi"], plan.python, arch=arch)
             except resolver.ResolutionFailed as exc:
                 self.failures.append(f"{c.name}: build_requires do not resolve: {exc}")
                 continue
-            bfiles = resolver.select_files(
-                {n: e["version"] for n, e in br.packages.items()}, indexes["pypi"], plan.python
-            )
-            build_sets[c.name] = {n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items()}
+            build_sets[c.name] = {
+                n: {"version": e["version"], **bfiles[n]} for n, e in br.packages.items() if n not in gaps
+            }
+            if gaps and doc is not None:
+                for n, v in sorted(gaps.items()):
+                    doc.setdefault("no_wheel", {})[n] = {
+                        "version": v,
+                        "layer": f"build:{c.name}",
+                        "index": "pypi",
+                    }
         return build_sets
 
     def _unverified_of(self, doc: dict, res, unverified: dict[str, str]) -> None:
@@ -388,6 +460,7 @@ class _SetInputs:
     overrides: list[str] = field(default_factory=list)
     excludes: list[str] = field(default_factory=list)
     key: str = ""
+    platform: str = LOCK_PLATFORM
 
 
 def _wheel_requires(tree) -> list[str]:
@@ -433,8 +506,10 @@ def _req_name(requirement: str) -> str:
 
 
 def _set_head(plan: Plan, s: _SetInputs) -> dict:
-    """The set document's inputs, written whether or not the set resolves."""
-    return {
+    """The set document's inputs, written whether or not the set resolves (another platform's
+    set names it first; the lock's own platform's sets keep the bytes they had)."""
+    head = {} if s.platform == LOCK_PLATFORM else {"platform": s.platform}
+    return head | {
         "requirements": sorted(s.requirements),
         "indexes": {
             n: (

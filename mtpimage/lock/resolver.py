@@ -15,7 +15,12 @@ never wins over them.
 
 File selection: for every resolved `name==version` from a real index, the index's PEP 691
 JSON page gives the files with their sha256; the wheel is the one whose best tag ranks first
-for the target (CPython 3.12, the base image's glibc, x86_64), as pip would pick it there.
+for the target (CPython 3.12, the base image's glibc, the platform's CPU: x86_64 or aarch64),
+as pip would pick it there.
+
+One resolution and one file choice per platform (`arch`): uv's --python-platform and the
+wheel tags are the platform's, and both caches (the online marker, the chosen files) are keyed
+by it, so two platforms never share an answer.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from mtpimage.errors import EnvironmentProblem
 from mtpimage.gitfetch import cache_root
 from mtpimage.lock import pydeps
 
-UV_PLATFORM = f"x86_64-manylinux_{pydeps.GLIBC[0]}_{pydeps.GLIBC[1]}"
+UV_PLATFORM = pydeps.uv_platform()  # linux/amd64's; resolve(arch=...) takes another
 
 
 class ResolutionFailed(Exception):
@@ -49,6 +54,23 @@ class ResolutionFailed(Exception):
         self.reason, self.warnings = reason, tuple(warnings)
         tail = f" (uv's warnings: {'; '.join(self.warnings)})" if self.warnings else ""
         super().__init__(reason + tail)
+
+    @property
+    def no_platform_wheel(self) -> dict[str, str]:
+        """{name: version} of pins uv refused because no file of theirs installs on the target
+        platform (uv: "X==V has no wheels with a matching platform tag"; "all versions of X"
+        when every version lacks one: version "")."""
+        out = {
+            canonicalize_name(n): v
+            for n, v in re.findall(
+                r"([A-Za-z0-9._-]+)==([^\s,]+?) has no wheels with a matching platform tag", self.reason
+            )
+        }
+        for n in re.findall(
+            r"all versions of ([A-Za-z0-9._-]+) have no wheels with a matching platform tag", self.reason
+        ):
+            out.setdefault(canonicalize_name(n), "")
+        return dict(sorted(out.items()))
 
     @property
     def not_on_index(self) -> list[str]:
@@ -189,7 +211,7 @@ def _write_preferences(tmpd: Path, preferences: dict[str, str]) -> Path:
 
 
 def _compile_command(
-    tmpd: Path, python: str, index_urls: list[str], find_links: list[str] | None
+    tmpd: Path, python: str, index_urls: list[str], find_links: list[str] | None, arch: str = pydeps.ARCH
 ) -> list[str]:
     """`uv pip compile` for the target platform over _write_inputs' files (the cutoff and
     --offline are added per attempt)."""
@@ -205,7 +227,7 @@ def _compile_command(
         "--python-version",
         python,
         "--python-platform",
-        UV_PLATFORM,
+        pydeps.uv_platform(arch),
         "--prerelease",
         "if-necessary-or-explicit",
         "--overrides",
@@ -235,6 +257,7 @@ def resolve(
     exclude_newer: str | None = None,
     exclude_newer_package: dict | None = None,
     preferences: dict[str, str] | None = None,
+    arch: str = pydeps.ARCH,
 ) -> Resolved:
     """requirements: PEP 508 lines; stubs: name -> {"version", "requires", "extras"};
     index_urls: reachable indexes, the default (PyPI) first; exclude_newer: the resolution
@@ -245,13 +268,14 @@ def resolve(
     version to keep where it still fits (the previous lock's pins, as uv keeps an existing
     output file's), so a re-lock at the same cutoff is a fixed point even on an index that
     lists files later than their upload times say (seen here: filelock 4.3.2, uploaded
-    2026-11-27, listed only after a lock at cutoff 2026-11-30 was made)."""
+    2026-11-27, listed only after a lock at cutoff 2026-11-30 was made). arch: the platform's
+    CPU (x86_64, aarch64): uv resolves for it (markers, wheel tags)."""
     import time
 
     with tempfile.TemporaryDirectory(prefix="mtp-resolve-") as tmp:
         tmpd = Path(tmp)
         _write_inputs(tmpd, requirements, stubs, overrides, excludes)
-        cmd = _compile_command(tmpd, python, index_urls, find_links)
+        cmd = _compile_command(tmpd, python, index_urls, find_links, arch)
         if preferences:
             cmd += ["--output-file", str(_write_preferences(tmpd, preferences))]
         holds = dict(exclude_newer_package or {})
@@ -274,6 +298,7 @@ def resolve(
                 "excludes": excludes,
                 "indexes": [pydeps.rewrite(u) for u in index_urls],
                 "python": python,
+                "python_platform": pydeps.uv_platform(arch),  # one answer per platform
                 "find_links": find_links or [],
                 "exclude_newer": exclude_newer,
                 "exclude_newer_package": holds,
@@ -310,12 +335,40 @@ def resolve(
         return Resolved(parse_compiled(proc.stdout), took, sorted(unbounded))
 
 
+def resolve_allowing_gaps(
+    requirements: list[str],
+    stubs: dict,
+    overrides: list[str],
+    excludes: list[str],
+    index_urls: list[str],
+    python: str,
+    **kwargs,
+) -> tuple[Resolved, dict[str, str]]:
+    """resolve() on a platform where a pin may have no wheel at all (an aarch64 resolution of
+    a stack locked for x86_64): each pin uv refuses for that reason alone is excluded and
+    named, {name: version}, so the lock records what blocks the platform and the rest of its
+    set; any other failure is raised as resolve() raises it."""
+    gaps: dict[str, str] = {}
+    for _ in range(32):  # each round names at least one more package; bounded anyway
+        try:
+            res = resolve(
+                requirements, stubs, overrides, list(excludes) + sorted(gaps), index_urls, python, **kwargs
+            )
+            return res, gaps
+        except ResolutionFailed as exc:
+            more = {n: v for n, v in exc.no_platform_wheel.items() if n not in gaps}
+            if not more:
+                raise
+            gaps.update(more)
+    raise ResolutionFailed(f"more than 32 rounds of pins without a wheel: {', '.join(sorted(gaps))}")
+
+
 # ----------------------------------------------------------------------------- file selection
 
 
-def target_tags(python: str) -> list:
+def target_tags(python: str, arch: str = pydeps.ARCH) -> list:
     major, minor = (int(x) for x in python.split("."))
-    plats = pydeps.PLATFORMS + ["linux_x86_64"]
+    plats = pydeps.platform_tags(arch) + [f"linux_{arch}"]
     tags = list(cpython_tags((major, minor), abis=[f"cp{major}{minor}", "abi3", "none"], platforms=plats))
     tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats))
     return tags
@@ -428,11 +481,31 @@ def choose_file(
     return out
 
 
-def select_files(pins: dict[str, str], index_url: str, python: str, sdists: set[str] = frozenset()) -> dict:
-    """{name: version} -> {name: {"file", "sha256"}}, cached per index, name and version
-    (a released version's files do not change; a tampered one is caught against lock.yaml)."""
-    tags = target_tags(python)
-    cache = cache_root() / "files" / pydeps.canonical(re.sub(r"^https?://", "", index_url))[:80]
+class NoPlatformWheel(ResolutionFailed):
+    """Resolved pins of which the index has no file for the platform: {name: version}."""
+
+    def __init__(self, reason: str, missing: dict[str, str]):
+        super().__init__(reason)
+        self.missing = dict(sorted(missing.items()))
+
+
+def select_files(
+    pins: dict[str, str],
+    index_url: str,
+    python: str,
+    sdists: set[str] = frozenset(),
+    arch: str = pydeps.ARCH,
+) -> dict:
+    """{name: version} -> {name: {"file", "sha256"}}, cached per index, platform, name and
+    version (a released version's files do not change; a tampered one is caught against
+    lock.yaml). Raises NoPlatformWheel naming every pin without a file for `arch`."""
+    tags = target_tags(python, arch)
+    cache = (
+        cache_root()
+        / "files"
+        / pydeps.canonical(re.sub(r"^https?://", "", index_url))[:80]
+        / pydeps.wheel_platform(arch)  # two platforms never share a chosen file
+    )
     cache.mkdir(parents=True, exist_ok=True)
 
     def one(item):
@@ -442,11 +515,7 @@ def select_files(pins: dict[str, str], index_url: str, python: str, sdists: set[
             return name, json.loads(hit.read_text())
         chosen = choose_file(_page(index_url, name).get("files", []), name, version, tags, name in sdists)
         if chosen is None:
-            raise ResolutionFailed(
-                f"{name}=={version}: no wheel for CPython {python} on "
-                f"{pydeps.PLATFORM} at {index_url} (an sdist is used only when "
-                "components.yaml resolution.sdists names the package)"
-            )
+            return name, None
         tmpf = hit.with_suffix(f".{os.getpid()}.tmp")
         tmpf.write_text(json.dumps(chosen, sort_keys=True))
         tmpf.replace(hit)
@@ -454,7 +523,16 @@ def select_files(pins: dict[str, str], index_url: str, python: str, sdists: set[
         return name, dict(sorted(chosen.items()))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        return dict(pool.map(one, sorted(pins.items())))
+        out = dict(pool.map(one, sorted(pins.items())))
+    missing = {n: pins[n] for n, f in out.items() if f is None}
+    if missing:
+        raise NoPlatformWheel(
+            f"{', '.join(f'{n}=={v}' for n, v in missing.items())}: no wheel for CPython {python} on "
+            f"{pydeps.wheel_platform(arch)} at {index_url} (an sdist is used only when "
+            "components.yaml resolution.sdists names the package)",
+            missing,
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- layers

@@ -238,6 +238,9 @@ class Plan:
     # builds.platform: the os/architecture the image is for (issue 49); absent from to_dict
     # while it is the schema default, the lock's platform, so every digest made before keeps
     platform: str = field(default_factory=lambda: schema.default(COMPONENTS, "builds", "platform"))
+    # the locked rows of packages with no wheel for `platform` (lock.yaml's platform set
+    # names them): rule platform-wheels refuses the plan; outside the digest (nothing builds)
+    platform_gaps: tuple[LockedRow, ...] = field(default=(), compare=False)
     # builds.max_jobs: how long a compile takes, not what it makes: outside the digest
     ext_max_jobs: int = field(
         default_factory=lambda: schema.default(COMPONENTS, "builds", "max_jobs"), compare=False
@@ -269,7 +272,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        del d["ext_max_jobs"], d["route_links"], d["layer_compression"]
+        del d["ext_max_jobs"], d["route_links"], d["layer_compression"], d["platform_gaps"]
         if not self.cuda_archs:
             del d["builds_against"]
         if self.platform == schema.default(COMPONENTS, "builds", "platform"):
@@ -416,6 +419,13 @@ def cuda_archs(cat: dict, profile: dict) -> list[str]:
     """The GPU architectures the compiled extensions target: the profile's builds.cuda_archs
     (its own file, a parent's, or --set), else the catalogue's builds.cuda_archs."""
     return (profile.get("builds") or {}).get("cuda_archs") or _builds(cat, "cuda_archs")
+
+
+def lock_platforms(cat: dict) -> list[str]:
+    """The platforms lock resolves every profile for (components.yaml builds.lock_platforms),
+    the lock's own platform (the schema default of builds.platform) first."""
+    first = schema.default(COMPONENTS, "builds", "platform")
+    return [first] + sorted(set(_builds(cat, "lock_platforms")) - {first})
 
 
 def target_platform(cat: dict, profile: dict) -> str:

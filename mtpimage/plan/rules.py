@@ -621,43 +621,46 @@ def extension_cuda_archs(plan: Plan, f: dict) -> Verdict:
 
 @predicate
 def platform_wheels(plan: Plan, f: dict) -> Verdict:
-    """A plan for a platform other than the lock's (builds.platform, issue 49): the pins with no
-    wheel there, by name, and what they block; else what is left before lock.yaml serves it."""
+    """A plan for another platform than the lock's own (builds.platform, issue 49): it installs
+    lock.yaml's set for that platform (builds.lock_platforms), so it passes only where the lock
+    has a file by sha256 for every pin there; a pin with no wheel for it is named with what it
+    blocks (its layer and that layer's components, or the build it is a backend of)."""
     if plan.platform == schema.default(COMPONENTS, "builds", "platform"):
         return Verdict(NA, f"{plan.platform}: the platform lock.yaml is made for")
     known = platforms.known().get(plan.platform)
     if known is None:  # the schema's enum and platforms.yaml disagree: said, never passed
-        return Verdict(FAIL, f"{plan.platform}: no survey in mtpimage/data/platforms.yaml")
-    gaps = platforms.gaps(plan, known)
+        return Verdict(FAIL, f"{plan.platform}: not in mtpimage/data/platforms.yaml")
+    wheel = f"manylinux {known.arch}"
     members = {layer.name: ", ".join(layer.items) for layer in plan.layers}
     said = []
-    for row in gaps.no_wheel:
+    for row in plan.platform_gaps:
         needs = (
             f"the build of {row.builds}"
             if row.is_build_backend
             else f"layer {row.layer} ({members.get(row.layer, 'not a layer of this plan')})"
         )
+        page = platforms.SOURCE.format(name=row.name) if row.index == "pypi" else f"index {row.index}"
         said.append(
-            f"{row.name} {row.version} has no {known.wheel_platform} wheel for CPython {plan.python} "
-            f"({known.source_of(row.name)}), needed by {needs}: it blocks profile {plan.profile} "
-            f"(targets {', '.join(plan.targets)})"
+            f"{row.name} {row.version} has no {wheel} wheel for CPython {plan.python} ({page}), "
+            f"needed by {needs}: it blocks profile {plan.profile} (targets {', '.join(plan.targets)})"
         )
-    if gaps.unsurveyed:
-        pins = ", ".join(f"{r.name}=={r.version}" for r in gaps.unsurveyed)
-        said.append(
-            f"not surveyed for {plan.platform} ({known.surveyed}): {pins}; run scripts/arm64_survey.py"
+    if said:
+        return Verdict(FAIL, f"{plan.platform}: " + "; ".join(said))
+    if not plan.locked:
+        return Verdict(
+            FAIL,
+            f"{plan.platform}: lock.yaml holds no {plan.platform} set for profile {plan.profile} "
+            f"(its files are chosen for {schema.default(COMPONENTS, 'builds', 'platform')}); "
+            f"list {plan.platform} in components.yaml builds.lock_platforms and run lock",
         )
-    if not known.locked:
-        said.append(
-            f"{'the other pins have' if gaps.no_wheel else 'every pin has'} a {known.wheel_platform} "
-            f"wheel ({known.surveyed}), but lock.yaml "
-            f"holds {plan.platform} files for none of them"
-            + "".join(
-                f", nor for {a.name}=={a.version} that its resolution adds (via {a.via})" for a in known.adds
-            )
-            + " (docs/arm64.md)"
-        )
-    return Verdict(FAIL, f"{plan.platform}: " + "; ".join(said)) if said else Verdict(PASS, plan.platform)
+    unhashed = [r for r in plan.locked if r.file and not r.sha256]
+    if unhashed:  # hash-pinned says it too; never passed here
+        return Verdict(FAIL, f"{plan.platform}: {len(unhashed)} locked row(s) without a sha256")
+    files = sum(1 for r in plan.locked if r.file)
+    return Verdict(
+        PASS,
+        f"{plan.platform}: every pin locked for it by sha256 ({files} files of lock.yaml's {known.arch} set)",
+    )
 
 
 def evaluate(

@@ -11,6 +11,7 @@ so a cutoff alone is not a fixed point."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -22,10 +23,10 @@ from mtpimage.manifests import manifest
 PROFILE = "mtp-cp-recompute"
 
 
-def _lock():
+def _lock(platform: str = "linux/amd64"):
     m = manifest.load()
     doc = yaml.safe_load((m.root / "lock.yaml").read_text())
-    return m, doc, doc["python_sets"][doc["profiles"][PROFILE]["python_set"]]
+    return m, doc, doc["python_sets"][lockfile.set_key_for(doc, PROFILE, platform)]
 
 
 def _cutoff(doc) -> dict:
@@ -34,10 +35,12 @@ def _cutoff(doc) -> dict:
     return cutoff
 
 
-def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("platform", "arch"), [("linux/amd64", "x86_64"), ("linux/arm64", "aarch64")])
+def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypatch, platform, arch):
+    """Per platform of the lock (issue 49): the arm64 set is its own resolution for aarch64."""
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))  # cold: ask PyPI
-    m, doc, pyset = _lock()
-    plan = plan_for(m, PROFILE, None)
+    m, doc, pyset = _lock(platform)
+    plan = plan_for(m, PROFILE, [f"builds.platform={platform}"])
     assert plan.locked, "lock.yaml must match the shipped manifests"
     res = resolver.resolve(
         pyset["requirements"],
@@ -48,6 +51,7 @@ def test_the_real_shipped_stack_resolves_to_exactly_the_lock(tmp_path, monkeypat
         plan.python,
         **_cutoff(doc),
         preferences={n: str(e["version"]) for n, e in pyset["packages"].items()},
+        arch=arch,
     )
     got = {n: e["version"] for n, e in res.packages.items()}
     want = {n: str(e["version"]) for n, e in pyset["packages"].items()}
@@ -63,7 +67,6 @@ def test_without_the_overrides_the_real_stack_does_not_resolve(tmp_path, monkeyp
     transformers==5.6.0 against verl's !=5.6.0."""
     monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
     _m, doc, pyset = _lock()
-    import pytest
 
     with pytest.raises(resolver.ResolutionFailed, match="transformers"):
         resolver.resolve(
