@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpimage import engine, invocation
-from mtpimage.assembly import extbuild, imagetest, release, sbom, sizes
+from mtpimage.assembly import extbuild, formattags, imagetest, release, sbom, sizes
 from mtpimage.assembly.buildctx import build_context, fetch_sources_first
 from mtpimage.assembly.render import Rendered, render
 from mtpimage.assembly.versionvector import LABEL_NS, identity_labels
@@ -33,7 +33,7 @@ from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import baseplatform, formattags, sbomattach
+from mtpimage.publish import baseplatform, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]

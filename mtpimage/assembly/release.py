@@ -88,7 +88,7 @@ def publish(
     REG/repository:profile to it; returns the registry digest. `before_move(digest)` runs
     between the two (the SBOM is attached there: `<profile>` never names an image without
     it). `identity` and `profile` are the tags of the layer format the engine pushes
-    (publish/formattags.py). With `replace`, the content tag names the same image in another
+    (assembly/formattags.py). With `replace`, the content tag names the same image in another
     layer format (pipeline._remote): it is pushed over, and never deleted on roll-back. On
     any failure, what this call tagged is rolled back (local registry-prefixed tags, and a
     content tag it created in the registry) and the error is raised."""

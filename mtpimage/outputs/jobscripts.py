@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 
 from mtpimage import invocation
-from mtpimage.assembly import driver
+from mtpimage.assembly import driver, formattags
 from mtpimage.assembly.render import render
 from mtpimage.errors import InputError
 from mtpimage.imageref import ImageRef, Registry
@@ -24,7 +24,6 @@ from mtpimage.outputs import multinode, rayjob, runtimes
 from mtpimage.outputs.preflight import DRIVER_CHECK, preflighted
 from mtpimage.outputs.signature import comment_lines
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan, verl_facts
-from mtpimage.publish import formattags
 from mtpimage.publish.registryclient import RegistryClient
 
 FORMATS = ("slurm", "apptainer", "kuberay")

@@ -182,7 +182,7 @@ def test_the_registry_manifest_names_the_layers_and_a_contrary_compression_is_re
 
 def test_compression_without_digest_asks_for_that_formats_own_tag(monkeypatch):
     """--compression zstd without --digest pins the zstd image: its own tag <identity>.zstd
-    (publish/formattags.py), not the gzip image under the plain tag."""
+    (assembly/formattags.py), not the gzip image under the plain tag."""
     asked: list[str] = []
     manifest = {"layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"}]}
 

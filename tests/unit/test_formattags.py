@@ -1,12 +1,12 @@
-"""The registry tags per layer format (publish/formattags.py, issue 48)."""
+"""The registry tags per layer format (assembly/formattags.py, issue 48)."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from mtpimage.assembly import formattags
 from mtpimage.engine import layercompress
-from mtpimage.publish import formattags
 from mtpimage.schemas import __path__ as schemas_path
 
 IDENTITY = "0123456789abcdef0123"
