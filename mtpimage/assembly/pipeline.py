@@ -33,7 +33,7 @@ from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import baseplatform, sbomattach
+from mtpimage.publish import baseplatform, imageindex, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]
@@ -126,6 +126,8 @@ class BuildOptions:
             "no_cache": self.no_cache,
             "cache_from": self.cache_from,
             "cache_to": self.cache_to,
+            # named only where it is not the lock's platform: an amd64 build's argv is as before
+            "platform": None if plan.platform == baseplatform.BUILD_PLATFORM else plan.platform,
         }
         return engine.BuildRequest(context_tar=context_tar, labels=labels, **{**given, **build})
 
@@ -444,7 +446,12 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (
-            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, plan.profile) == remote
+            remote is not None
+            and (
+                client.manifest_digest(IMAGE_REPOSITORY, plan.profile_tag) == remote
+                # the profile's tag names the multi-arch index that lists this image (issue 49)
+                or imageindex.lists(client, IMAGE_REPOSITORY, plan.profile_tag, plan.platform, remote)
+            )
         )
         if local_id is not None and eng.image_id(human_local) != local_id:
             eng.tag(local_id, human_local)
@@ -456,12 +463,12 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             summary["up_to_date"] = True
             if reg is not None:
                 attach_sbom(job, rendered, client, remote, False, summary, say)
-                _published(summary, reg, rendered.identity, plan.profile, remote, say)
+                _published(summary, reg, rendered.identity, plan.profile_tag, remote, say)
             return JobResult(UP_TO_DATE, local, local_id, local_only=reg is None)
         if local_id is None:
             raise EnvironmentProblem(
                 f"{reg.ref(IMAGE_REPOSITORY, rendered.identity)} exists but "
-                f"{reg.ref(IMAGE_REPOSITORY, plan.profile)} does not point at it "
+                f"{reg.ref(IMAGE_REPOSITORY, plan.profile_tag)} does not point at it "
                 f"(fix: docker pull it, then run again to move the tag)"
             )
         say(f"up to date: {local} exists locally; publishing it")
@@ -493,7 +500,7 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
             local,
             IMAGE_REPOSITORY,
             rendered.identity,
-            plan.profile,
+            plan.profile_tag,
             reg,
             client,
             say,
@@ -507,10 +514,10 @@ def _steps(job: MainJob, rendered: Rendered, client, local_id, remote, summary: 
         raise
     say(
         f"pushed  {reg.ref(IMAGE_REPOSITORY, rendered.identity)} and moved "
-        f"{reg.ref(IMAGE_REPOSITORY, plan.profile)}"
+        f"{reg.ref(IMAGE_REPOSITORY, plan.profile_tag)}"
     )
     summary["pushed"] = True
-    _published(summary, reg, rendered.identity, plan.profile, digest, say)
+    _published(summary, reg, rendered.identity, plan.profile_tag, digest, say)
     return JobResult(state, local, image_id, local_only=False, pushed=True)
 
 
