@@ -109,6 +109,11 @@ def register(subparsers, add_common) -> None:
         help="the image was built with --engine buildah: add how to verify it from a clean checkout "
         "at its revision (read from the local image's label; the wheel share from $MTP_WHEEL_CACHE_REPO)",
     )
+    p.add_argument(
+        "--platform",
+        metavar="OS/ARCH",
+        help="with --reproducible: the image's builds.platform (verify names it)",
+    )
     p.set_defaults(func=cmd_summary)
 
 
@@ -405,6 +410,7 @@ def cmd_summary(args) -> int:
             engine.named().labels,  # the image this runner built: either engine reads it in dockerd
             settings.current().wheel_cache_repo,
             reproduce.describe_builder(engine.reproducible().describe),
+            args.platform,
         )
     sys.stdout.write(workflow.render_summary(args.profile, data, problem, how))
     return 0

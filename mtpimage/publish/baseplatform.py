@@ -265,8 +265,7 @@ def verify(
         return Verdict(
             plan.base_image,
             "unrecorded",
-            f"{platform} manifest {got.platform_digest} ({got.manifest}, read from "
-            f"{got.source}): {why}",
+            f"{platform} manifest {got.platform_digest} ({got.manifest}, read from {got.source}): {why}",
         )
     if (recorded.manifest, recorded.digest) != (got.manifest, got.platform_digest):
         raise InputError(
