@@ -354,8 +354,8 @@ def cmd_index(args) -> int:
     """The profile's per-platform images (each its plan with builds.platform set), read back and
     listed in one index under the profile's tag; name= and digest= for $GITHUB_OUTPUT."""
     # deferred: import cost: loaded only when `index` runs, not to build the parser
-    from mtpimage.plan import platforms as known_platforms
-    from mtpimage.publish import baseplatform, imageindex
+    from mtpimage.plan import platforms as known_platforms  # deferred: as above
+    from mtpimage.publish import baseplatform, imageindex  # deferred: as above
 
     wanted = args.platforms or [baseplatform.BUILD_PLATFORM, *sorted(known_platforms.known())]
     allowed = {baseplatform.BUILD_PLATFORM, *known_platforms.known()}

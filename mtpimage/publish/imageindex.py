@@ -16,12 +16,13 @@ import io
 import json
 from dataclasses import dataclass
 
-from mtpimage.engine.ocilayout import OCI_INDEX, OCI_MANIFEST, canonical
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.publish import digests
 from mtpimage.publish.baseplatform import select
 from mtpimage.publish.registryclient import RegistryClient
 
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MAX_CONFIG = 4 << 20  # an image config is kilobytes; more is not one
 INDEX_TYPES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
 
@@ -87,6 +88,11 @@ def member(client: RegistryClient, repository: str, reference: str, platform: st
             "(fix: publish the image built with builds.platform=" + platform + ")"
         )
     return Member(platform, digest, len(body), manifest.get("mediaType") or OCI_MANIFEST)
+
+
+def canonical(obj) -> bytes:
+    """Sorted keys, no spaces: the one serialisation (as engine/ocilayout.py writes manifests)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def index_bytes(members: list[Member]) -> bytes:
