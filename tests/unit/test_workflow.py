@@ -600,7 +600,13 @@ def build_commands(images: dict) -> list[list[str]]:
         for step in steps(job):
             script = step.get("run", "").replace("\\\n", " ")
             for line in script.splitlines():
-                line = line.strip().removeprefix("mapfile -t cache < <(").split(" >> ")[0].split(" | ")[0].rstrip(")")
+                line = (
+                    line.strip()
+                    .removeprefix("mapfile -t cache < <(")
+                    .split(" >> ")[0]
+                    .split(" | ")[0]
+                    .rstrip(")")
+                )
                 line = re.sub(r'^sudo -E env (?:"\w+=\$\w+" )+\s*', "", line)  # as root, same argv
                 if line.startswith("python build.py"):
                     line = line.replace("$DISK_NEED_GB", "1").replace('"${cache[@]}"', "")
