@@ -9,7 +9,10 @@
 #   2. dockerd in the background (when `docker info` does not answer)
 #   3. a real registry (distribution 2.8, `docker-registry serve`) on 127.0.0.1:5000
 #   4. the base image mtp-test-base:bookworm, made with debootstrap + docker import
-#      (no registry on the internet is reachable from these machines: nothing is pulled)
+#      (no registry on the internet is reachable from these machines: nothing is pulled);
+#      and its linux/arm64 twin mtp-test-base:bookworm-arm64 (debootstrap --arch arm64, its
+#      second stage under qemu-user-static's binfmt handler; committed by buildah, since
+#      docker 20.10's import ignores --platform), for the multi-arch e2e test (issue 49)
 #   5. which docker CLI builds with BuildKit (checked with a tiny build that uses a
 #      secret mount), written to $STATE_DIR/env.sh together with the other settings
 #      the tests read (source it, or let tests/conftest.py detect the same things).
@@ -19,6 +22,7 @@
 #                          (default /var/lib/mtp-test-host)
 #   MTP_TEST_REGISTRY      host:port of the registry   (default 127.0.0.1:5000)
 #   MTP_TEST_BASE_IMAGE    base image name             (default mtp-test-base:bookworm)
+#   MTP_TEST_ARM64_IMAGE   its linux/arm64 twin        (default mtp-test-base:bookworm-arm64)
 #   MTP_TEST_DEBIAN_MIRROR debootstrap mirror          (default http://deb.debian.org/debian)
 #   MTP_TEST_WAIT_S        seconds to wait per service (default 60)
 set -euo pipefail
@@ -26,6 +30,7 @@ set -euo pipefail
 STATE_DIR=${MTP_TEST_STATE_DIR:-/var/lib/mtp-test-host}
 REGISTRY=${MTP_TEST_REGISTRY:-127.0.0.1:5000}
 BASE_IMAGE=${MTP_TEST_BASE_IMAGE:-mtp-test-base:bookworm}
+ARM64_IMAGE=${MTP_TEST_ARM64_IMAGE:-mtp-test-base:bookworm-arm64}
 MIRROR=${MTP_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 WAIT_S=${MTP_TEST_WAIT_S:-60}
 # Packages inside the base image: enough for test images to create a venv and
@@ -35,6 +40,11 @@ BASE_INCLUDE=python3,python3-pip,python3-venv,python3-setuptools,python3-wheel,g
 APT_PACKAGES=(docker.io docker-registry debootstrap squashfs-tools git curl ca-certificates iptables iproute2 buildah python3-venv)
 # The multi-node job tests (#27): a real Slurm controller (munge authenticates it) and shellcheck.
 APT_PACKAGES+=(slurmctld slurm-client munge shellcheck)
+# linux/arm64 under emulation (#49): qemu's user-mode emulators, registered with the kernel's
+# binfmt_misc with the F flag (the interpreter opened at registration, so it runs inside
+# containers and chroots that lack it), which RUN steps of an arm64 build and the arm64 base's
+# debootstrap need
+APT_PACKAGES+=(qemu-user-static binfmt-support)
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -240,6 +250,48 @@ else
     log "base image $BASE_IMAGE built: debootstrap ${t_boot}s, import $(elapsed "$t2")s"
 fi
 
+# --------------------------------------------------------------------------- 4b. arm64 base
+# The same recipe for linux/arm64: debootstrap's second stage runs arm64 binaries, so qemu's
+# binfmt handler must be registered (binfmt_misc mounted; update-binfmts enables it).
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2> /dev/null || true
+fi
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64 > /dev/null 2>&1 || true
+grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2> /dev/null \
+    || die "qemu-aarch64 is not registered with binfmt_misc (fix: mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc && update-binfmts --enable qemu-aarch64; a container needs --privileged)"
+ARM64_RECIPE="bookworm minbase arm64 $BASE_INCLUDE"
+have_recipe=$("$DOCKER" image inspect --format '{{ index .Config.Labels "org.mtp-image-builder.test-base.recipe" }}' "$ARM64_IMAGE" 2>/dev/null || true)
+if [ "$have_recipe" = "$ARM64_RECIPE" ]; then
+    log "base image $ARM64_IMAGE already present"
+else
+    t=$(date +%s.%N)
+    work=$(mktemp -d /var/tmp/mtp-test-arm64.XXXXXX)
+    trap 'buildah --root "$work/storage" --runroot "$work/run" rm --all > /dev/null 2>&1; rm -rf "$work"' EXIT
+    log "debootstrap --arch arm64 --variant=minbase bookworm under qemu (log: $STATE_DIR/debootstrap-arm64.log)"
+    if ! debootstrap --arch arm64 --variant=minbase --include="$BASE_INCLUDE" bookworm "$work/rootfs" "$MIRROR" \
+            > "$STATE_DIR/debootstrap-arm64.log" 2>&1; then
+        tail -n 30 "$STATE_DIR/debootstrap-arm64.log" >&2
+        die "debootstrap --arch arm64 failed (log: $STATE_DIR/debootstrap-arm64.log)"
+    fi
+    t_boot=$(elapsed "$t")
+    rm -rf "$work"/rootfs/var/lib/apt/lists/* "$work"/rootfs/var/cache/apt/*.bin "$work"/rootfs/var/cache/apt/archives/*.deb
+    tar -C "$work/rootfs" --numeric-owner -cf "$work/rootfs.tar" .
+    rm -rf "$work/rootfs"
+    b=(buildah --root "$work/storage" --runroot "$work/run")
+    ctr=$("${b[@]}" from --arch arm64 scratch)
+    "${b[@]}" add "$ctr" "$work/rootfs.tar" / > /dev/null
+    "${b[@]}" config --os linux --arch arm64 --env LANG=C.UTF-8 --cmd '["/bin/bash"]' \
+        --label "org.mtp-image-builder.test-base.recipe=$ARM64_RECIPE" "$ctr"
+    "${b[@]}" commit --quiet --format docker "$ctr" "docker-archive:$work/image.tar:$ARM64_IMAGE" > /dev/null
+    "$DOCKER" load -q -i "$work/image.tar" > /dev/null
+    arch=$("$DOCKER" image inspect --format '{{.Os}}/{{.Architecture}}' "$ARM64_IMAGE")
+    [ "$arch" = linux/arm64 ] || die "$ARM64_IMAGE was loaded as $arch, not linux/arm64"
+    "${b[@]}" rm --all > /dev/null 2>&1 || true
+    rm -rf "$work"
+    trap - EXIT
+    log "base image $ARM64_IMAGE built: debootstrap ${t_boot}s, in all $(elapsed "$t")s"
+fi
+
 # --------------------------------------------------------------------------- 5. BuildKit
 # Find a CLI that really builds with BuildKit: try buildx first, then the built-in
 # client (DOCKER_BUILDKIT=1), with a Dockerfile that needs BuildKit (a secret mount).
@@ -293,6 +345,7 @@ echo "MTP test host ready in $(elapsed "$T0")s"
 echo "  dockerd     $("$DOCKER" version --format '{{.Server.Version}}' 2>/dev/null) pid $dockerd_pid, log $STATE_DIR/dockerd.log"
 echo "  registry    http://$REGISTRY/v2/ pid $registry_pid, log $STATE_DIR/registry.log"
 echo "  base image  $BASE_IMAGE $("$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE" | cut -c1-19)"
+echo "  arm64 base  $ARM64_IMAGE $("$DOCKER" image inspect --format '{{.Id}}' "$ARM64_IMAGE" | cut -c1-19) (qemu-aarch64 binfmt)"
 echo "  BuildKit    $BUILDKIT_CLI ($BUILDKIT_MODE)"
 printf '              %s\n' "${REPORT[@]}"
 echo "  tests       source $STATE_DIR/env.sh"

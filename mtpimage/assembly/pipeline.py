@@ -33,7 +33,7 @@ from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import baseplatform, sbomattach
+from mtpimage.publish import baseplatform, imageindex, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]
@@ -126,6 +126,8 @@ class BuildOptions:
             "no_cache": self.no_cache,
             "cache_from": self.cache_from,
             "cache_to": self.cache_to,
+            # named only where it is not the lock's platform: an amd64 build's argv is as before
+            "platform": None if plan.platform == baseplatform.BUILD_PLATFORM else plan.platform,
         }
         return engine.BuildRequest(context_tar=context_tar, labels=labels, **{**given, **build})
 
@@ -425,7 +427,7 @@ def _build_test_publish(job: MainJob, summary: dict, say: Say) -> JobResult:
     local_id = job.build.engine.image_id(local)
     if reg is None:
         return _steps(job, rendered, client, local_id, None, summary, say)
-    tags = formattags.for_format(rendered.identity, plan.profile, job.build.engine.publish_format)
+    tags = formattags.for_format(rendered.identity, plan.profile_tag, job.build.engine.publish_format)
     remote, stale = _remote(client, tags, say)
     # With a registry, a failed push must leave no new tag anywhere: the local tags this run
     # sets or moves are put back as they were (docs/build-test-publish.md, "Publish only after the tests pass").
@@ -474,7 +476,12 @@ def _steps(
     if local_id is not None or remote is not None:
         # up to date: the identity names plan + context, so an existing tag is this image
         human_ok = reg is None or (
-            remote is not None and client.manifest_digest(IMAGE_REPOSITORY, tags.profile) == remote
+            remote is not None
+            and (
+                client.manifest_digest(IMAGE_REPOSITORY, tags.profile) == remote
+                # the profile's tag names the multi-arch index that lists this image (issue 49)
+                or imageindex.lists(client, IMAGE_REPOSITORY, tags.profile, plan.platform, remote)
+            )
         )
         if local_id is not None and eng.image_id(human_local) != local_id:
             eng.tag(local_id, human_local)

@@ -58,7 +58,7 @@ class Rendered:
 
     def profile_image(self) -> str:
         """The tag users run, mtp-verl:<profile>: moved to the image once its checks passed."""
-        return local_image(self.plan.profile)
+        return local_image(self.plan.profile_tag)
 
     def write(self, out: Path) -> list[Path]:
         out = Path(out)

@@ -31,7 +31,7 @@ from mtpimage.engine import layercompress, ocilayout
 from mtpimage.errors import EXIT_RULES, BuilderError, DecodeProblem, EnvironmentProblem, InputError
 from mtpimage.imageref import ImageRef, Registry
 from mtpimage.plan.model import Plan
-from mtpimage.publish import digests
+from mtpimage.publish import digests, imageindex
 from mtpimage.publish.registryclient import RegistryClient
 
 Say = Callable[[str], None]
@@ -205,7 +205,7 @@ def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, di
             "--image",
             str(ref),
             "names an image index, not one image",
-            "give the digest of the linux/amd64 image",
+            "verify the index itself (each platform in turn) or give --platform",
         )
     _checked_digests(manifest, ref, "the manifest")
     with open(tmp / "config", "w+b") as f:
@@ -217,6 +217,35 @@ def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, di
     for i, diff_id in enumerate((config.get("rootfs") or {}).get("diff_ids") or [], 1):
         digests.checked(diff_id, f"registry {ref.host}: the config of {ref}: rootfs.diff_ids[{i}]")
     return digest, manifest, config
+
+
+def per_platform(image: str, platform: str | None) -> tuple[str, list[tuple[str, str]]] | None:
+    """When `image` names a multi-arch index: (the index, [(platform, HOST/NAME@sha256:...)]),
+    the entry of `platform` or else every entry, read from the index's bytes (their digest is
+    the one asked for: registryclient.manifest). None when it names one image."""
+    ref = ImageRef.parse(image, flag="--image")
+    if not ref.explicit_host:
+        raise InputError("--image", image, "names no registry", "give HOST[:PORT]/NAME@sha256:...")
+    client = RegistryClient(Registry(ref.host, ""))
+    got = client.manifest(ref.path, ref.digest or ref.tag or "latest")
+    if got is None:
+        raise InputError(
+            "--image", str(ref), "no such image in its registry", "check the reference and digest"
+        )
+    body, digest = got
+    listed = imageindex.platforms_of(body)
+    if listed is None:
+        return None
+    if platform is not None and platform not in listed:
+        raise InputError(
+            "--platform",
+            platform,
+            f"the index {ref.pinned(digest)} does not list it",
+            f"use one of: {', '.join(sorted(listed))}",
+        )
+    chosen = [platform] if platform else sorted(listed)
+    name = ref.repository
+    return str(ref.pinned(digest)), [(p, f"{name}@{listed[p]}") for p in chosen]
 
 
 def check_plan(config: dict, plan: Plan, identity: str, ref: str) -> None:

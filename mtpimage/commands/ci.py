@@ -109,6 +109,11 @@ def register(subparsers, add_common) -> None:
         help="the image was built with --engine buildah: add how to verify it from a clean checkout "
         "at its revision (read from the local image's label; the wheel share from $MTP_WHEEL_CACHE_REPO)",
     )
+    p.add_argument(
+        "--platform",
+        metavar="OS/ARCH",
+        help="with --reproducible: the image's builds.platform (verify names it)",
+    )
     p.set_defaults(func=cmd_summary)
 
 
@@ -249,6 +254,27 @@ def _register_jobs(subparsers, add_common) -> None:
     p.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
     p.set_defaults(func=cmd_published)
 
+    p = subparsers.add_parser(
+        "index",
+        help="publish one multi-arch image index of a profile's per-platform images under its tag",
+        description="Read each platform's published image of the profile (its content tag) back "
+        "from the registry, check its digest from its bytes and its config's platform, and put "
+        "one OCI image index that lists them under REG/mtp-verl:<profile> (canonical JSON: the "
+        "same images give the same digest). Prints name= and digest= lines (the index).",
+    )
+    add_common(p)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE")
+    p.add_argument(
+        "--platform",
+        action="append",
+        dest="platforms",
+        metavar="OS/ARCH",
+        help="a platform the index lists (repeatable; default: linux/amd64 and every platform of "
+        "mtpimage/data/platforms.yaml)",
+    )
+    p.set_defaults(func=cmd_index)
+
 
 def _registry(value: str, flag: str = "--registry"):
     return Registry.parse(value)
@@ -324,6 +350,39 @@ def cmd_published(args) -> int:
     return 0
 
 
+def cmd_index(args) -> int:
+    """The profile's per-platform images (each its plan with builds.platform set), read back and
+    listed in one index under the profile's tag; name= and digest= for $GITHUB_OUTPUT."""
+    # deferred: import cost: loaded only when `index` runs, not to build the parser
+    from mtpimage.plan import platforms as known_platforms  # deferred: as above
+    from mtpimage.publish import baseplatform, imageindex  # deferred: as above
+
+    wanted = args.platforms or [baseplatform.BUILD_PLATFORM, *sorted(known_platforms.known())]
+    allowed = {baseplatform.BUILD_PLATFORM, *known_platforms.known()}
+    for p in wanted:
+        if p not in allowed:
+            raise InputError(
+                "--platform", p, "not a platform images are built for", f"use {', '.join(sorted(allowed))}"
+            )
+    m = load_for(args)
+    reg = _registry(args.registry)
+    client = RegistryClient(reg)
+    members, tag = [], None
+    for p in wanted:
+        sets = [*(getattr(args, "sets", None) or []), f"builds.platform={p}"]
+        plan = plan_for(m, args.profile, sets, **substitutions_of(args))
+        tag = tag or plan.profile
+        identity = render(plan, m.root).identity
+        one = imageindex.member(client, IMAGE_REPOSITORY, identity, p)
+        print(f"{p:<12} {reg.ref(IMAGE_REPOSITORY, identity)} {one.digest}", file=sys.stderr)
+        members.append(one)
+    digest = imageindex.publish(client, IMAGE_REPOSITORY, tag, members)
+    name = reg.ref(IMAGE_REPOSITORY, tag).rsplit(":", 1)[0]
+    print(f"index        {name}:{tag} {digest} ({len(members)} platforms)", file=sys.stderr)
+    print(f"name={name}\ndigest={digest}")
+    return 0
+
+
 # -- summary ---------------------------------------------------------------------------------
 def cmd_summary(args) -> int:
     """Never fails the job: a missing or bad file is reported in the summary itself."""
@@ -351,6 +410,7 @@ def cmd_summary(args) -> int:
             engine.named().labels,  # the image this runner built: either engine reads it in dockerd
             settings.current().wheel_cache_repo,
             reproduce.describe_builder(engine.reproducible().describe),
+            args.platform,
         )
     sys.stdout.write(workflow.render_summary(args.profile, data, problem, how))
     return 0

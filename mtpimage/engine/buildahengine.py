@@ -50,7 +50,7 @@ from pathlib import Path
 from secrets import token_hex
 
 from mtpimage import children, janitor, settings
-from mtpimage.engine import buildlog, layercompress, ocilayout
+from mtpimage.engine import buildlog, emulation, layercompress, ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -273,13 +273,14 @@ def prune_layouts(layouts: Path, has_image, now: float, grace_s: float = LAYOUT_
     return gone
 
 
-def _pull_base(store: Storage, ref: str, mirrored=None) -> None:
+def _pull_base(store: Storage, ref: str, mirrored=None, platform: str | None = None) -> None:
     """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
     registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
-    setting)."""
+    setting). `platform`: that platform's manifest of a multi-arch base (the bud that follows
+    names the same platform, so it finds this one, never the host's)."""
     host = ref.split("/", 1)[0]
     tls = "--tls-verify=false" if is_loopback(host) else "--tls-verify=true"
-    proc = store.run("pull", "--quiet", tls, ref)
+    proc = store.run("pull", "--quiet", tls, *(("--platform", platform) if platform else ()), ref)
     if proc.returncode == 0:
         return
     if mirrored is not None:
@@ -413,6 +414,10 @@ class BuildahEngine(ContainerEngine):
         """Build (on the layer cache, or cold on a clean builder: `self.cached`, --no-cache) and
         write the normalised OCI layout to `dest`."""
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if echo else None
+        if req.platform:  # another CPU's RUN steps need qemu here: said before anything is pulled
+            emulated = emulation.handler(req.platform)
+            if emulated and say:
+                say(f"platform {req.platform}: RUN steps under {emulated} (binfmt_misc), not natively")
         store = Storage(self._scratch(), cached=self.cached and not req.no_cache, say=say)
         try:
             ctx = store.work / "context"
@@ -427,7 +432,7 @@ class BuildahEngine(ContainerEngine):
                 (ctx / "Dockerfile").write_text(mirrored_dockerfile(dockerfile, bases))
             through = {b.mirror_ref: b for b in bases}
             for ref in base_images((ctx / "Dockerfile").read_text()):
-                _pull_base(store, ref, through.get(ref))
+                _pull_base(store, ref, through.get(ref), req.platform)
             iidfile = store.work / "iid"
             watch = buildlog.Watcher(through_mirror=bool(req.mirrors.indexes))
             own_log = log_path is None  # the tool's own log of this build: kept only when it fails

@@ -61,6 +61,9 @@ class BuildRequest:
     # the site's index and registry mirrors (mirrors.py): given to the build as a secret and as
     # the FROM of the context sent, never in the rendered text, so never in the identity
     mirrors: BuildMirrors = field(default_factory=BuildMirrors)
+    # the os/architecture to build for (builds.platform, issue 49); None: the engine's own,
+    # the host's (the lock's platform, linux/amd64, is never named, so its builds are as before)
+    platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -290,8 +293,9 @@ def build_flags(
     req: BuildRequest, build_args: tuple = (), secrets: dict[str, Path] | None = None
 ) -> list[str]:
     """--build-arg, --label and --secret as `docker build` and `buildah bud` both spell them
-    (build_args first, then the request's); `secrets` from secret_files()."""
-    argv: list[str] = []
+    (build_args first, then the request's); `secrets` from secret_files(); --platform, both
+    spell it os/arch too."""
+    argv: list[str] = ["--platform", req.platform] if req.platform else []
     for key, value in (*build_args, *req.build_args):
         argv += ["--build-arg", f"{key}={value}"]
     for key, value in sorted(req.labels.items()):

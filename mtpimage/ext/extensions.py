@@ -24,8 +24,9 @@ from typing import ClassVar
 from packaging.utils import canonicalize_name as canonical
 
 from mtpimage.ext.wheelcache import cache_key
+from mtpimage.manifests import schema
 from mtpimage.mirrors import INDEX_SECRET
-from mtpimage.plan.model import LockedRow, Package, Plan
+from mtpimage.plan.model import COMPONENTS, LockedRow, Package, Plan
 
 KEY_SCHEMA = "mtp-image-builder/extension-key/v1"
 STACK_STAGE = "mtp-torch"  # the stack right after the torch layer: where builders start
@@ -213,7 +214,7 @@ def _against(plan: Plan) -> dict:
 
 def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
     """Everything that changes the wheel's bytes. Not MAX_JOBS (how long, not what)."""
-    return {
+    inputs = {
         "schema": KEY_SCHEMA,
         "name": canonical(pkg.name),
         "version": pkg.version,
@@ -228,6 +229,11 @@ def key_inputs(plan: Plan, pkg: Package, recipe: str) -> dict:
         "build_requires": [[r.name, r.version, r.sha256] for r in build_rows(plan, pkg)],
         "recipe": hashlib.sha256(recipe.encode()).hexdigest(),
     }
+    if plan.platform != schema.default(COMPONENTS, "builds", "platform"):
+        # an aarch64 wheel never serves amd64 nor the reverse (issue 49); absent for the lock's
+        # platform, so no amd64 key moved
+        inputs["platform"] = plan.platform
+    return inputs
 
 
 def key_of(inputs: dict) -> str:

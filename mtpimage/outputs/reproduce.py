@@ -38,6 +38,7 @@ class Reproduce:
     revision: str  # the commit it was built from (the revision label)
     wheel_share: str | None = None  # MTP_WHEEL_CACHE_REPO: the compiled extensions' wheels
     builder: str | None = None  # "buildah 1.33.7 on Ubuntu 24.04.2 LTS": the builder that made it
+    platform: str | None = None  # builds.platform where it is not the lock's (linux/arm64)
 
 
 def label_command(image: str) -> str:
@@ -52,7 +53,8 @@ def commands(r: Reproduce) -> list[str]:
     lines = [f"git clone {r.source} {CHECKOUT}", f"cd {CHECKOUT}", f"git checkout {r.revision}"]
     if r.wheel_share:
         lines.append(f"export MTP_WHEEL_CACHE_REPO={r.wheel_share}")
-    lines.append(f"python3 build.py verify --profile {r.profile} --image {r.image}")
+    on = f" --platform {r.platform}" if r.platform else ""
+    lines.append(f"python3 build.py verify --profile {r.profile} --image {r.image}{on}")
     return lines
 
 
@@ -80,7 +82,14 @@ def pinned(reference: str, digest: str) -> str:
     return str(ImageRef.parse(reference, flag="summary references").pinned(digest))
 
 
-def for_published(profile: str, data: dict, labels, wheel_share: str | None, builder: str | None):
+def for_published(
+    profile: str,
+    data: dict,
+    labels,
+    wheel_share: str | None,
+    builder: str | None,
+    platform: str | None = None,
+):
     """A Reproduce for the summary's pushed image, or None when nothing was pushed. `labels`
     reads the local image's labels (the engine's); a failure there leaves placeholders, never
     an error: the summary must not fail the job."""
@@ -104,6 +113,7 @@ def for_published(profile: str, data: dict, labels, wheel_share: str | None, bui
         revision=found.get(REVISION_LABEL) or REVISION_PLACEHOLDER,
         wheel_share=wheel_share,
         builder=builder,
+        platform=platform,
     )
 
 

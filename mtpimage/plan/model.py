@@ -267,6 +267,16 @@ class Plan:
         return list(dict(self.verl_cli_overrides).get(target, ()))
 
     @property
+    def profile_tag(self) -> str:
+        """The tag users pull, moved to the image once its checks passed: the profile's name for
+        the lock's platform; `<profile>-<arch>` for another (mtp-detach-arm64), so the platforms'
+        publish jobs never move one tag in turn: the multi-arch index (`index`) takes the
+        profile's name and lists both (issue 49)."""
+        if self.platform == schema.default(COMPONENTS, "builds", "platform"):
+            return self.profile
+        return f"{self.profile}-{self.platform.rsplit('/', 1)[-1]}"
+
+    @property
     def recompute(self) -> dict | None:
         return self.training_engine_dict().get("recompute")
 

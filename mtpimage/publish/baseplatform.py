@@ -242,8 +242,10 @@ def verify(
     if not plan.base_digest:
         return Verdict(plan.base_image, "unpinned", "no digest: no platform manifest to check")
     recorded = plan.base_platform
+    # the manifest the build pulls is the plan's platform's (builds.platform, issue 49)
+    platform = plan.platform
     try:
-        got = resolve(plan.base_image, mirrors, BUILD_PLATFORM, client_for)
+        got = resolve(plan.base_image, mirrors, platform, client_for)
     except Exception as exc:
         if not unreachable(exc):
             raise
@@ -252,7 +254,7 @@ def verify(
         return Verdict(
             plan.base_image,
             "unverified",
-            f"{BUILD_PLATFORM} manifest {kept}unverified: {source} {reason(exc)}",
+            f"{platform} manifest {kept}unverified: {source} {reason(exc)}",
         )
     if recorded is None:
         why = (
@@ -263,14 +265,13 @@ def verify(
         return Verdict(
             plan.base_image,
             "unrecorded",
-            f"{BUILD_PLATFORM} manifest {got.platform_digest} ({got.manifest}, read from "
-            f"{got.source}): {why}",
+            f"{platform} manifest {got.platform_digest} ({got.manifest}, read from {got.source}): {why}",
         )
     if (recorded.manifest, recorded.digest) != (got.manifest, got.platform_digest):
         raise InputError(
             lock_where,
             "base_image.platform_digest",
-            f"records {recorded.digest} ({recorded.manifest}) as the {BUILD_PLATFORM} manifest of "
+            f"records {recorded.digest} ({recorded.manifest}) as the {platform} manifest of "
             f"{plan.base_image}, but {got.source} lists {got.platform_digest} ({got.manifest}) at "
             "that pinned digest: the lock was edited or merged by hand, or made from another base",
             f"run `{relock}` and review the diff",
@@ -278,7 +279,7 @@ def verify(
     return Verdict(
         plan.base_image,
         "verified",
-        f"{BUILD_PLATFORM} manifest {got.platform_digest} ({got.manifest}): verified in "
+        f"{platform} manifest {got.platform_digest} ({got.manifest}): verified in "
         f"{got.source}, as {lock_where} records",
     )
 

@@ -293,7 +293,7 @@ def test_runner_only_steps_are_exactly_the_named_ones(generated):
 
 def test_summary_step_runs_always_and_appends_to_step_summary(images):
     for name, job in images["jobs"].items():
-        if name == "stack":
+        if name in ("stack", "index"):  # the index step tees its own lines into the summary
             continue
         summary = next(s for s in steps(job) if s.get("name") == "Job summary")
         assert summary.get("if") == "always()" or name == "sign"
@@ -318,6 +318,8 @@ def test_permissions_are_least_privilege(generated):
             expected = {
                 (workflow.IMAGES_WORKFLOW, "stack"): {"packages"},
                 (workflow.IMAGES_WORKFLOW, "publish"): {"packages"},
+                (workflow.IMAGES_WORKFLOW, "publish-arm64"): {"packages"},
+                (workflow.IMAGES_WORKFLOW, "index"): {"packages"},
                 # OIDC only where it signs, and that job runs no build
                 (workflow.IMAGES_WORKFLOW, "sign"): {"packages", "id-token", "attestations"},
                 # the weekly bump pushes its branch and opens the pull request, nothing else
@@ -598,7 +600,13 @@ def build_commands(images: dict) -> list[list[str]]:
         for step in steps(job):
             script = step.get("run", "").replace("\\\n", " ")
             for line in script.splitlines():
-                line = line.strip().removeprefix("mapfile -t cache < <(").split(" >> ")[0].rstrip(")")
+                line = (
+                    line.strip()
+                    .removeprefix("mapfile -t cache < <(")
+                    .split(" >> ")[0]
+                    .split(" | ")[0]
+                    .rstrip(")")
+                )
                 line = re.sub(r'^sudo -E env (?:"\w+=\$\w+" )+\s*', "", line)  # as root, same argv
                 if line.startswith("python build.py"):
                     line = line.replace("$DISK_NEED_GB", "1").replace('"${cache[@]}"', "")
@@ -613,7 +621,7 @@ def test_workflow_build_commands_use_options_the_cli_accepts(images):
     parser = make_parser()
     cmds = build_commands(images)
     firsts = {argv[0] for argv in cmds}
-    assert {"--profile", "stack", "disk", "published", "summary"} <= firsts
+    assert {"--profile", "stack", "disk", "published", "summary", "index"} <= firsts
     for argv in cmds:
         args = parser.parse_args(argv)  # exits (SystemExit) on an unknown option
         assert args is not None
@@ -664,3 +672,26 @@ def test_the_builder_is_named_by_buildahs_version_or_not_at_all():
         raise EnvironmentProblem("buildah not found")
 
     assert reproduce.describe_builder(missing) is None
+
+
+# -- issue 49: linux/arm64 on a native runner, one multi-arch index --------------------------
+def test_arm64_publish_job_builds_natively_and_the_index_job_lists_both(images):
+    jobs = images["jobs"]
+    ci = workflow.ci_settings()["jobs"]
+    arm = jobs["publish-arm64"]
+    # a native arm64 runner (GitHub's), overridable by a repository variable
+    assert arm["runs-on"] == "${{ vars.MTP_PUBLISH_ARM64_RUNNER || 'ubuntu-24.04-arm' }}"
+    assert str(arm["timeout-minutes"]) == str(ci["publish-arm64"]["timeout_minutes"])
+    assert arm["strategy"] == jobs["publish"]["strategy"]  # every profile, as publish
+    build = run_of(arm, "Build").replace("\\\n", " ")
+    assert '--set "builds.platform=$PLATFORM"' in build and "--engine buildah --no-cache" in build
+    assert "--push" in build and "qemu" not in build
+    step = next(s for s in arm["steps"] if s.get("name", "").startswith("Build"))
+    assert step["env"]["PLATFORM"] == "linux/arm64"
+    assert '--platform "$PLATFORM"' in run_of(arm, "Job summary")
+    index = jobs["index"]
+    assert index["needs"] == ["publish", "publish-arm64"]
+    assert index["if"] == jobs["publish"]["if"]
+    run = run_of(index, "multi-arch index")
+    assert 'python build.py index --profile "$PROFILE"' in run
+    assert "--platform linux/amd64" in run and '--platform "linux/arm64"' in run
