@@ -42,6 +42,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -189,6 +190,7 @@ class Sample:
     cpu_s: float
     sass: list[str]
     ptx: list[str]
+    cubin_bytes: dict
     command: str
 
 
@@ -275,6 +277,7 @@ def cmd_sample(args) -> int:
                     r["cpu_s"],
                     list(code.sass),
                     list(code.ptx),
+                    devicecode.cubin_bytes(out / r["object"], cuobjdump),
                     r["command"],
                 )
             )
@@ -335,6 +338,13 @@ def cmd_wheels(args) -> int:
             raise SystemExit(f"{k}: not in {cache.root}")
         code = devicecode.read_wheel(e.path, cuobjdump)
         archs = e.meta["inputs"]["archs"]
+        cubins = {}
+        with zipfile.ZipFile(e.path) as z, tempfile.TemporaryDirectory(prefix="mtp-cuda-archs-") as tmp:
+            for m in code.modules:
+                if m.code.has_device_code:
+                    so = Path(z.extract(m.name, tmp))
+                    cubins[m.name] = devicecode.cubin_bytes(so, cuobjdump)
+                    so.unlink()
         rows.append(
             {
                 "key": key,
@@ -346,7 +356,9 @@ def cmd_wheels(args) -> int:
                 "build_seconds": e.meta.get("build_seconds"),
                 "compile_seconds": e.meta.get("compile_seconds"),
                 "built_at": e.meta.get("built_at"),
-                "modules": code.to_dict()["modules"],
+                "modules": [
+                    {**m, "cubin_bytes": cubins.get(m["module"], {})} for m in code.to_dict()["modules"]
+                ],
                 "missing": [list(m) for m in code.missing(archs)],
             }
         )

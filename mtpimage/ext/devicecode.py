@@ -153,3 +153,23 @@ def read_wheel(wheel: Path, cuobjdump: Path) -> WheelCode:
             mods.append(Module(info.filename, info.file_size, listing(out, cuobjdump)))
             out.unlink()
     return WheelCode(wheel.name, tuple(sorted(mods, key=lambda m: m.name)))
+
+
+def cubin_bytes(path: Path, cuobjdump: Path) -> dict[str, int]:
+    """{arch: bytes of its cubins} in one file (`cuobjdump -xelf all`, extracted to a temporary
+    directory): what each architecture adds to a module, where a wheel's size goes."""
+    out: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="mtp-cubins-") as tmp:
+        proc = subprocess.run(
+            [str(cuobjdump), "-xelf", "all", str(Path(path).resolve())],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0 and NO_DEVICE_CODE not in proc.stderr + proc.stdout:
+            raise CuobjdumpFailed(f"cuobjdump -xelf all {Path(path).name} failed (exit {proc.returncode})")
+        for f in Path(tmp).glob("*.cubin"):
+            a = _ARCH.search(f.name)
+            if a:
+                out[a.group(1)] = out.get(a.group(1), 0) + f.stat().st_size
+    return out

@@ -137,3 +137,5 @@ def test_the_real_cuobjdump_reads_an_object_nvcc_compiled_for_both_archs(tmp_pat
     subprocess.run([str(NVCC), "-c", *gencode, str(src), "-o", str(obj)], check=True)
     code = devicecode.listing(obj, devicecode.find_cuobjdump())
     assert code.sass_archs == {"90", "100"} and code.ptx == ()
+    sizes = devicecode.cubin_bytes(obj, devicecode.find_cuobjdump())
+    assert set(sizes) == {"90", "100"} and all(n > 0 for n in sizes.values())
