@@ -8,6 +8,19 @@
     # 2. the wheels the tool built (`wheels build`), listed with cuobjdump, sizes and times
     .venv/bin/python bench/cuda_archs.py wheels --cuobjdump PATH KEY90 KEY90_100 [...] --out R.json
 
+How the 2026-12-06 numbers were made (docs/extensions-and-wheel-cache.md, "sm_100 measured here"):
+    python3 build.py render --profile mtp-detach --set builds.cuda_archs=90,100 --out R
+    DOCKER_BUILDKIT=1 docker build --network host --target mtp-torch -t mtp-torch:sample R
+    bench/cuda_archs.py sample --image mtp-torch:sample --package flash-attn \
+        --source flash_attn-2.8.3.tar.gz --sha256 1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d \
+        --requirements R/build/requirements/ext-build-flash-attn.txt \
+        --files flash_fwd_hdim128_bf16_sm80.cu,flash_bwd_hdim128_bf16_sm80.cu,flash_fwd_split_hdim64_fp16_sm80.cu ...
+    bench/cuda_archs.py sample --image mtp-torch:sample --package apex --source APEX_TREE_AT_6424da3b \
+        --requirements R/build/requirements/ext-build-apex.txt \
+        --files multi_tensor_adam.cu,scaled_masked_softmax_cuda.cu,layer_norm_cuda_kernel.cu ...
+(cuobjdump: PyPI's nvidia-cuda-cuobjdump 13.2.51, file nvidia/cu13/bin/cuobjdump; results in
+bench/cuda_archs_results.json).
+
 `sample` runs in a container of IMAGE (the builder stages' own `mtp-torch` stage: the stand-in
 base and the locked torch; `docker build --target mtp-torch` of `build.py render`'s output),
 with the package's hashed build requirements (build/requirements/ext-build-<name>.txt of the
@@ -381,7 +394,8 @@ def cmd_wheels(args) -> int:
         )
         for m in r["modules"]:
             print(
-                f"    {m['module']:<60} {m['size'] / 1e6:7.2f} MB SASS {','.join(m['sass']) or '-'} PTX {','.join(m['ptx']) or '-'}"
+                f"    {m['module']:<60} {m['size'] / 1e6:7.2f} MB SASS {','.join(m['sass']) or '-'} "
+                f"PTX {','.join(m['ptx']) or '-'} cubin bytes {m['cubin_bytes'] or '-'}"
             )
     for r in ratios:
         print(
