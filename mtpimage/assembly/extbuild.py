@@ -129,17 +129,24 @@ def max_jobs(plan_default: int) -> int:
     return settings.current().ext_max_jobs or plan_default
 
 
-def ensure_wheels(rendered: Rendered, context_for, request_for, say: Say = print, jobs: int = 2) -> dict:
-    """Every compiled extension's wheel for this plan, by key: {name: CachedWheel}.
+def ensure_wheels(
+    rendered: Rendered,
+    context_for,
+    request_for,
+    say: Say = print,
+    jobs: int = 2,
+    only: frozenset[str] | None = None,
+) -> dict:
+    """Every compiled extension's wheel for this plan (or the `only` ones), by key: {name: CachedWheel}.
     `context_for(name)` makes the builder's context (buildctx.build_context) and
     `request_for(context_tar, target, out_dir, build_args)` runs one BuildKit build (the
     pipeline passes its engine and options, so secrets and the builder are the same) on the
     host network: the builder reaches the compile cache this serves on loopback."""
     with contextlib.ExitStack() as stack:
-        return _ensure(rendered, context_for, request_for, say, jobs, stack)
+        return _ensure(rendered, context_for, request_for, say, jobs, stack, only)
 
 
-def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack) -> dict:
+def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, stack, only=None) -> dict:
     plan = rendered.plan
     cache = _cache()
     repo = share_repository()
@@ -149,6 +156,8 @@ def _ensure(rendered: Rendered, context_for, request_for, say: Say, jobs: int, s
     out: dict = {}
     for stage in rendered.recipe.builders:
         pkg, key = stage.package, stage.key
+        if only is not None and pkg.name not in only:
+            continue
         pin = pins.get(key)
         hit = cache.get(key)
         if hit is not None:

@@ -7,6 +7,8 @@
   python build.py wheels add --profile P --package NAME --sha256 HEX FILE.whl
   python build.py wheels pin --profile P [--package NAME]
   python build.py wheels verify KEY [--profile P]
+  python build.py wheels build --profile P [--package NAME ...] [--set builds.cuda_archs=90,100]
+  python build.py wheels archs [KEY ...] [--cuobjdump PATH] [--json]
 Wheels are checked against their pins in manifests/wheels.lock.yaml (ext/wheelpins.py): `add`
 and `pin` write them, `pull` and `push` refuse any other bytes, `list --verify --manifests M`
 names them, `verify` rebuilds a key and compares.
@@ -25,7 +27,7 @@ from pathlib import Path
 from mtpimage.assembly.pipeline import BuildOptions, extension_builder
 from mtpimage.commands.image import add_registry_mirror
 from mtpimage.commands.load import load_for, plan_for, substitutions_of
-from mtpimage.errors import EXIT_ENV, EXIT_INPUT, InputError
+from mtpimage.errors import EXIT_ENV, EXIT_INPUT, EXIT_RULES, EnvironmentProblem, InputError
 from mtpimage.ext import wheelpins
 from mtpimage.ext.wheelcache import KEY_RE, WheelCache
 from mtpimage.ext.wheelshare import pull, push, repository_for
@@ -93,6 +95,24 @@ def register(subparsers, add_common) -> None:
     sp.set_defaults(func=cmd_verify)
 
     sp = subs.add_parser(
+        "build",
+        help="compile the profile's extension wheels missing from the cache (no image)",
+        description="The main job's extension step alone: each of the profile's compiled extensions "
+        "(or the --package ones) from the wheel cache, the share (MTP_WHEEL_CACHE_REPO) or its builder "
+        "stage, resumable from the compile cache; no image is built. The plan's rules are checked "
+        "first (an arch an extension cannot target stops here, not hours into a compile).",
+    )
+    add_common(sp)
+    sp.add_argument("--profile", required=True, metavar="P")
+    sp.add_argument(
+        "--package", action="append", metavar="NAME", help="only this compiled package (repeatable)"
+    )
+    sp.add_argument("--ca-bundle", type=Path, metavar="PATH", help="CA bundle for HTTPS inside the build")
+    sp.add_argument("--netrc", type=Path, metavar="PATH", help="netrc with index tokens for the build")
+    add_registry_mirror(sp)
+    sp.set_defaults(func=cmd_build)
+
+    sp = subs.add_parser(
         "add",
         help="take a wheel a site built into the cache, by sha256, under the plan's key",
         description="Check FILE.whl (its sha256 is HEX; it is PACKAGE at the plan's version, for its "
@@ -107,6 +127,23 @@ def register(subparsers, add_common) -> None:
     )
     sp.add_argument("wheel", type=Path, metavar="FILE.whl")
     sp.set_defaults(func=cmd_add)
+
+    sp = subs.add_parser(
+        "archs",
+        help="the GPU code in each cached wheel's modules (cuobjdump) against its key's cuda_archs",
+        description="List the SASS and PTX architectures of every compiled module of the cached wheels "
+        "(all, or the KEYs given) with cuobjdump, and fail (exit 3) where a module with device code "
+        "lacks SASS for one of its key's archs: the image's preflight trusts those archs.",
+    )
+    sp.add_argument("keys", nargs="*", metavar="KEY")
+    sp.add_argument(
+        "--cuobjdump",
+        type=Path,
+        metavar="PATH",
+        help="the cuobjdump to run (default: PATH's, else /usr/local/cuda/bin/cuobjdump)",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_archs)
 
     sp = subs.add_parser("remove", help="remove cache entries (a corrupt one, or to rebuild it)")
     sp.add_argument("keys", nargs="+", metavar="KEY")
@@ -362,4 +399,96 @@ def cmd_verify(args) -> int:
             else "own bytes (nothing to compare with: not pinned, not cached)"
         )
     )
+    return 0
+
+
+def cmd_build(args) -> int:
+    # deferred: import cost: loaded only when `wheels build` runs, not to build the parser
+    from mtpimage.assembly import extbuild
+    from mtpimage.assembly.render import render
+    from mtpimage.ext import extensions
+    from mtpimage.lock.lockfile import locked_probes
+    from mtpimage.plan import rules
+
+    m = load_for(args)
+    plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
+    built = [p.name for p in extensions.built(plan)]
+    for name in args.package or ():
+        if name not in built:
+            raise InputError(
+                "--package",
+                name,
+                f"is not compiled by profile {plan.profile} (it compiles: {', '.join(built) or 'nothing'})",
+                "name one of those, or leave --package out for all of them",
+            )
+    # the same rules as the main job: an architecture an extension cannot target stops here
+    failed = rules.errors(rules.evaluate(plan, locked_probes(m, plan), "lock", rules.facts_for(m.root)))
+    for r in failed:
+        print(f"ERROR {r.rule.id}: {r.detail} (fix: {r.rule.fix})", file=sys.stderr)
+    if failed:
+        return EXIT_RULES
+    rendered = render(plan, m.root)
+    options = BuildOptions(
+        ca_bundle=args.ca_bundle,
+        netrc=args.netrc,
+        mirrors=Mirrors.configured(args.registry_mirror),
+    )
+
+    def progress(msg: str) -> None:
+        print(msg, flush=True)
+
+    wheels = extbuild.ensure_wheels(
+        rendered,
+        *extension_builder(rendered, options, progress),
+        progress,
+        jobs=extbuild.max_jobs(plan.ext_max_jobs),
+        only=frozenset(args.package) if args.package else None,
+    )
+    for name, w in wheels.items():
+        stage = rendered.recipe.builder(name)
+        print(f"built   {name:<24} {w.path}  sha256 {w.sha256}  key {stage.key[:KEY_WIDTH]}")
+    return 0
+
+
+class ArchsMissing(EnvironmentProblem):
+    """A cached wheel without the GPU code its key promises (exit 3, as a pin mismatch)."""
+
+
+def cmd_archs(args) -> int:
+    from mtpimage.ext import devicecode
+
+    cuobjdump = devicecode.find_cuobjdump(args.cuobjdump)
+    cache = WheelCache()
+    keys = [cache.resolve(k) for k in args.keys] if args.keys else cache.keys()
+    report, problems = [], []
+    for key in keys:
+        entry = cache.get(key)
+        if entry is None:
+            raise InputError("wheel key", key, "is not in the wheel cache", "`wheels list` names the keys")
+        wanted = list((entry.meta.get("inputs") or {}).get("archs") or [])
+        code = devicecode.read_wheel(entry.path, cuobjdump)
+        missing = code.missing(wanted)
+        report.append({"key": key, "archs": wanted, **code.to_dict(), "missing": [list(m) for m in missing]})
+        if args.json:
+            continue
+        print(f"{key[:KEY_WIDTH]}  {entry.filename}  key archs: {', '.join(wanted) or '-'}")
+        for m in code.modules:
+            sass = ", ".join(f"sm_{a}" for a in m.code.sass) or "none"
+            ptx = ", ".join(f"compute_{a}" for a in m.code.ptx) or "none"
+            print(f"  {m.name:<56} {_size(m.size):>9}  SASS {sass}; PTX {ptx}")
+        for name, arch in code.extra(wanted):
+            print(f"  note: {name} also carries sm_{arch}, which the key did not ask for")
+        problems += [
+            f"{key[:KEY_WIDTH]} {entry.filename}: {name} has no sm_{arch} code, though its key's "
+            f"cuda_archs name it"
+            for name, arch in missing
+        ]
+    if args.json:
+        print(json.dumps({"wheels": report, "ok": not problems}, indent=2))
+    if problems:
+        raise ArchsMissing(
+            "; ".join(problems)
+            + " (fix: the extension's build ignored an arch (rules.yaml gpu_archs says what it targets): "
+            "`wheels remove` the key and rebuild, or correct the fact)"
+        )
     return 0

@@ -247,3 +247,17 @@ def test_a_cache_hit_does_not_build_a_miss_builds_once(base, tmp_path, monkeypat
     assert cache.get(gone).meta["inputs"]["name"] == "flash-attn"
     run()
     assert fake.calls == []
+
+
+def test_only_the_packages_asked_for_are_built(base, tmp_path, monkeypatch):
+    # `wheels build --package apex`: the other extensions are neither built nor looked up
+    root, plan = base
+    monkeypatch.setenv("MTP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("MTP_WHEEL_CACHE_REPO", raising=False)
+    rendered = render(plan, root)
+    fake, said = FakeBuilder(tmp_path), []
+    got = extbuild.ensure_wheels(
+        rendered, fake.context_for, fake.request_for, said.append, jobs=2, only=frozenset({"apex"})
+    )
+    assert list(got) == ["apex"] and fake.calls == [extensions.wheel_stage("apex")]
+    assert not any("flash-attn" in line or "transformer-engine" in line for line in said), said
