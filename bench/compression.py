@@ -153,6 +153,11 @@ def pull_docker(ref: str, scratch: Path) -> tuple[float, str | None]:
     removed after the pull. Short paths: dockerd's sockets must fit in 108 bytes."""
     root = Path(tempfile.mkdtemp(prefix="bd-", dir=scratch))
     sock = root / "d.sock"
+    # a bridge of its own: with --bridge none dockerd DELETES the host's docker0 at start
+    # (libnetwork's removeDefaultBridgeInterface), which breaks the host dockerd's containers
+    bridge = "mtpbench" + root.name[-4:].lower().replace("_", "0")
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+    subprocess.run(["ip", "addr", "add", "10.213.7.1/24", "dev", bridge], check=True)
     daemon = subprocess.Popen(
         [
             "dockerd",
@@ -165,7 +170,7 @@ def pull_docker(ref: str, scratch: Path) -> tuple[float, str | None]:
             "--host",
             f"unix://{sock}",
             "--bridge",
-            "none",
+            bridge,
             "--iptables=false",
             "--ip-masq=false",
             "--storage-driver",
@@ -191,6 +196,7 @@ def pull_docker(ref: str, scratch: Path) -> tuple[float, str | None]:
             daemon.kill()
             daemon.wait()
         subprocess.run(["umount", "-R", str(root / "data")], capture_output=True)
+        subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
