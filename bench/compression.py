@@ -292,6 +292,7 @@ def main() -> int:
     ap.add_argument(
         "--pull", default=",".join(FORMATS), help="the formats pushed and pulled (comma-separated)"
     )
+    ap.add_argument("--clients", default=",".join(CLIENTS), help="the clients that pull (comma-separated)")
     ap.add_argument(
         "--export-profile", help="with --image: also export it for enroot (squashfs) and unsquash it"
     )
@@ -339,6 +340,9 @@ def main() -> int:
             push_s = time.monotonic() - t0
             pulls = {}
             for client, fn in CLIENTS.items():
+                if client not in args.clients.split(","):
+                    pulls[client] = {"error": "not run (--clients)"}
+                    continue
                 if not all(shutil.which(t) for t in NEEDS[client]):
                     pulls[client] = {"error": "not installed"}
                     continue
