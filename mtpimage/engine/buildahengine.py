@@ -539,6 +539,7 @@ class BuildahEngine(ContainerEngine):
             ocilayout.read(self.layout_of(found)),
             self.compression,
             say=lambda line: print(f"{line}", file=sys.stderr, flush=True),
+            reuse_from=self.layouts,  # the layers an earlier build here compressed already
         )
 
     def push(self, ref: str) -> None:

@@ -13,6 +13,11 @@ how its layers were made (annotation `ANNOTATION`), so `verify` can make the sam
 
 A form is made once per layout and kept in it (`forms/<format>.json` names its manifest):
 a second push, or a push after a tag move, uploads the same bytes without compressing again.
+A build's new layout takes the compressed blob of a layer it shares with a kept layout
+(`reuse_from`: the engine's other layouts) instead of compressing it again: the same tar under
+the same pinned settings is the same bytes, and an incremental build of the real stack would
+otherwise spend minutes compressing 14 GB of layers it did not change (issue 48). verify never
+reuses: its rebuild compresses every layer itself.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import zlib
 from collections.abc import Callable
@@ -225,8 +231,11 @@ def form(
     c: Compression,
     threads: int | None = None,
     say: Callable[[str], None] | None = None,
+    reuse_from: Path | None = None,
 ) -> Form:
-    """The layout in format `c`: made once and kept in the layout (`forms/<name>.json`)."""
+    """The layout in format `c`: made once and kept in the layout (`forms/<name>.json`). A
+    layer whose tar a kept layout under `reuse_from` already compressed with these settings
+    takes that blob (linked, else copied) instead of being compressed again."""
     if not c.compresses:
         return Form(layout, c, layout.manifest_bytes)
     record = layout.root / "forms" / f"{c.name}.json"
@@ -236,15 +245,22 @@ def form(
     c.check()
     threads = threads or os.cpu_count() or 1
     blobs = layout.root / "blobs" / "sha256"
-    tars = [layout.blob(d["digest"]) for d in layout.manifest["layers"]]
+    layers = layout.manifest["layers"]
+    known = _compressed_elsewhere(reuse_from, layout.root, c) if reuse_from else {}
+    reused = {i: _adopt(known[d["digest"]], blobs) for i, d in enumerate(layers) if d["digest"] in known}
+    reused = {i: desc for i, desc in reused.items() if desc is not None}
+    todo = [i for i in range(len(layers)) if i not in reused]
+    tars = [layout.blob(layers[i]["digest"]) for i in todo]
     if say:
         total = sum(p.stat().st_size for p in tars)
-        say(f"compress {len(tars)} layers ({total / 1e9:.2f} GB) as {c.annotation}")
+        again = f"; {len(reused)} taken as a kept layout compressed them" if reused else ""
+        say(f"compress {len(tars)} layers ({total / 1e9:.2f} GB) as {c.annotation}{again}")
     if c.name == "zstd":  # libzstd's own workers split each layer
-        descs = [compress_blob(p, blobs, c, threads) for p in tars]
+        made = [compress_blob(p, blobs, c, threads) for p in tars]
     else:  # zlib has no workers of its own: the layers go side by side (it lets go of the GIL)
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            descs = list(pool.map(lambda p: compress_blob(p, blobs, c), tars))
+            made = list(pool.map(lambda p: compress_blob(p, blobs, c), tars))
+    descs = [reused[i] if i in reused else made[todo.index(i)] for i in range(len(layers))]
     manifest = {
         **layout.manifest,
         "layers": descs,
@@ -259,6 +275,51 @@ def form(
     )
     os.replace(tmp, record)
     return Form(layout, c, manifest_bytes)
+
+
+def _compressed_elsewhere(layouts: Path, own: Path, c: Compression) -> dict[str, tuple[dict, Path]]:
+    """diff ID -> (descriptor, blob path) of every layer a kept layout under `layouts` (other
+    than `own`) compressed with `c`'s settings, its blob still there."""
+    found: dict[str, tuple[dict, Path]] = {}
+    if not layouts.is_dir():
+        return found
+    for root in sorted(layouts.iterdir()):
+        if root == own or not (root / "forms" / f"{c.name}.json").is_file():
+            continue
+        try:
+            other = ocilayout.read(root)
+        except (OSError, ValueError, KeyError, TypeError):  # one being written or removed: skip it
+            continue
+        kept = _kept(other, c, root / "forms" / f"{c.name}.json")
+        if kept is None:
+            continue
+        tars = other.manifest["layers"]
+        for tar, desc in zip(tars, kept.manifest["layers"], strict=True):
+            found.setdefault(tar["digest"], (desc, kept.blob(desc["digest"])))
+    return found
+
+
+def _adopt(known: tuple[dict, Path], blobs: Path) -> dict | None:
+    """The kept blob in this layout's blob folder (a hard link; a copy across file systems);
+    None when it went meanwhile."""
+    desc, src = known
+    dest = blobs / desc["digest"].split(":", 1)[1]
+    if dest.is_file():
+        return dict(desc)
+    part = blobs / f".{dest.name}.adopt.part"
+    try:
+        try:
+            os.link(src, part)
+        except OSError:
+            shutil.copyfile(src, part)
+        if part.stat().st_size != desc["size"]:
+            part.unlink()
+            return None
+        os.replace(part, dest)
+    except OSError:
+        part.unlink(missing_ok=True)
+        return None
+    return dict(desc)
 
 
 def _kept(layout: ocilayout.Layout, c: Compression, record: Path) -> Form | None:

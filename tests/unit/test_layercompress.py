@@ -208,3 +208,46 @@ def test_a_zstd_layer_is_read_as_what_it_is_and_a_cut_one_is_a_decode_error(tmp_
     cut.write(z[:-3])
     with pytest.raises(ocilayout.Undecodable, match="zstd stream is cut short"):
         cut.digest()
+
+
+def test_a_new_layout_takes_the_blobs_a_kept_layout_compressed_and_gets_the_same_form(tmp_path, monkeypatch):
+    """An incremental build's layout shares its lower layers with the last build's: those are
+    not compressed again (issue 48), and the form is the one compressing them all would give."""
+    shared, old_top, new_top = _tar({"a": _data(1 << 20)}), _tar({"b": b"old"}), _tar({"b": b"new"})
+    layouts = tmp_path / "oci"
+    layouts.mkdir()
+    first = ocilayout.normalise(_layout(layouts / "first", [shared, old_top], "FROM x"))
+    layercompress.form(first, GZ, reuse_from=layouts)
+    cold = layercompress.form(
+        ocilayout.normalise(_layout(tmp_path / "cold", [shared, new_top], "FROM x")), GZ
+    )
+
+    compressed = []
+    real = layercompress.compress_blob
+    monkeypatch.setattr(
+        layercompress, "compress_blob", lambda src, *a, **k: compressed.append(src.name) or real(src, *a, **k)
+    )
+    second = ocilayout.normalise(_layout(layouts / "second", [shared, new_top], "FROM x"))
+    said = []
+    form = layercompress.form(second, GZ, say=said.append, reuse_from=layouts)
+    assert compressed == [second.manifest["layers"][1]["digest"].split(":")[1]]  # the new layer only
+    assert "1 taken as a kept layout compressed them" in said[0]
+    assert form.digest == cold.digest  # the same bytes as a build that compressed every layer
+    shared_blob = form.blob(form.manifest["layers"][0]["digest"])
+    assert shared_blob.parent == second.root / "blobs" / "sha256" and shared_blob.stat().st_nlink == 2
+    # without reuse_from (verify's rebuild) every layer is compressed, whatever is kept beside it
+    compressed.clear()
+    third = ocilayout.normalise(_layout(layouts / "third", [shared, new_top], "FROM x"))
+    assert layercompress.form(third, GZ).digest == cold.digest and len(compressed) == 2
+    # a kept blob that went (or was cut) is compressed again, not taken
+    compressed.clear()
+    os.unlink(first.blob(layercompress.form(first, GZ).manifest["layers"][0]["digest"]))
+    for d in ("second", "third"):
+        for f in (layouts / d / "forms").iterdir():
+            f.unlink()
+    fourth = ocilayout.normalise(_layout(layouts / "fourth", [shared, old_top], "FROM x"))
+    assert layercompress.form(fourth, GZ, reuse_from=layouts).digest != cold.digest
+    assert len(compressed) == 2
+    compressed.clear()
+    layercompress.form(fourth, ZST, reuse_from=layouts)  # another format takes nothing of gzip's
+    assert len(compressed) == 2
