@@ -94,6 +94,15 @@ def register(subparsers, add_common) -> None:
     add_registry_mirror(sp)
     sp.set_defaults(func=cmd_verify)
 
+    _register_build_add_archs(subs, add_common)
+
+    sp = subs.add_parser("remove", help="remove cache entries (a corrupt one, or to rebuild it)")
+    sp.add_argument("keys", nargs="+", metavar="KEY")
+    sp.set_defaults(func=cmd_remove)
+
+
+def _register_build_add_archs(subs, add_common) -> None:
+    """`wheels build`, `add` and `archs` (issue 49): kept apart so register stays short."""
     sp = subs.add_parser(
         "build",
         help="compile the profile's extension wheels missing from the cache (no image)",
@@ -144,10 +153,6 @@ def register(subparsers, add_common) -> None:
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.set_defaults(func=cmd_archs)
-
-    sp = subs.add_parser("remove", help="remove cache entries (a corrupt one, or to rebuild it)")
-    sp.add_argument("keys", nargs="+", metavar="KEY")
-    sp.set_defaults(func=cmd_remove)
 
 
 def _manifests_argument(sp, what: str) -> None:
