@@ -410,10 +410,10 @@ def cmd_verify(args) -> int:
 def cmd_build(args) -> int:
     # deferred: import cost: loaded only when `wheels build` runs, not to build the parser
     from mtpimage.assembly import extbuild
-    from mtpimage.assembly.render import render
-    from mtpimage.ext import extensions
-    from mtpimage.lock.lockfile import locked_probes
-    from mtpimage.plan import rules
+    from mtpimage.assembly.render import render  # deferred: as above
+    from mtpimage.ext import extensions  # deferred: as above
+    from mtpimage.lock.lockfile import locked_probes  # deferred: as above
+    from mtpimage.plan import rules  # deferred: as above
 
     m = load_for(args)
     plan = plan_for(m, args.profile, getattr(args, "sets", None), **substitutions_of(args))
@@ -460,7 +460,7 @@ class ArchsMissing(EnvironmentProblem):
 
 
 def cmd_archs(args) -> int:
-    from mtpimage.ext import devicecode
+    from mtpimage.ext import devicecode  # deferred: import cost: cuobjdump parsing only for `wheels archs`
 
     cuobjdump = devicecode.find_cuobjdump(args.cuobjdump)
     cache = WheelCache()
