@@ -537,19 +537,28 @@ def _locked_patches(plan: Plan, lock: dict, where: str):
 _READ = object()  # locked_requirements' default: read lock.yaml itself
 
 
+def _matching_set(manifests, plan: Plan, lock) -> tuple[dict | None, dict]:
+    """(lock.yaml, the python set of the plan's platform), or (None, {}) when there is no lock
+    or it does not match the plan. `lock` is _READ to read it from the manifests' checkout."""
+    if lock is _READ:
+        lock = read(lock_path(Path(manifests.root)))
+    if lock is None:
+        return None, {}
+    try:
+        check_frozen(manifests, plan, lock)
+    except InputError:
+        return None, {}
+    key = set_key_for(lock, plan.profile, plan.platform)
+    return lock, (lock.get("python_sets") or {}).get(key) or {}
+
+
 def platform_gaps(manifests, plan: Plan, lock=_READ) -> tuple[LockedRow, ...]:
     """The pins lock.yaml's set for the plan's platform records with no wheel there
     (`no_wheel`): rows without a file, for rule platform-wheels to name with what they block.
     Empty when the set has none, or the lock does not match the plan."""
-    if lock is _READ:
-        lock = read(lock_path(Path(manifests.root)))
+    lock, pyset = _matching_set(manifests, plan, lock)
     if lock is None:
         return ()
-    try:
-        check_frozen(manifests, plan, lock)
-    except InputError:
-        return ()
-    pyset = (lock.get("python_sets") or {}).get(set_key_for(lock, plan.profile, plan.platform)) or {}
     return tuple(
         LockedRow(
             name, str(e.get("version", "")), str(e.get("layer", "")), str(e.get("index", "pypi")), "", ""
@@ -576,16 +585,9 @@ def locked_requirements(manifests, plan: Plan, lock=_READ) -> tuple[LockedRow, .
     image installs, exactly, with no resolution at build time. Git sources are left out (they
     are built from their pinned commits). Empty when there is no lock or it does not match the
     plan (then `--frozen` refuses the build anyway). `lock`: lock.yaml as the caller read it."""
-    if lock is _READ:
-        lock = read(lock_path(Path(manifests.root)))
+    lock, pyset = _matching_set(manifests, plan, lock)  # the plan's platform's own files
     if lock is None:
         return ()
-    try:
-        check_frozen(manifests, plan, lock)
-    except InputError:
-        return ()
-    key = set_key_for(lock, plan.profile, plan.platform)  # the plan's platform's own files
-    pyset = (lock.get("python_sets") or {}).get(key) or {}
     if (
         not pyset.get("resolved")
         or pyset.get("no_wheel")
