@@ -188,15 +188,33 @@ def _checked_digests(manifest: dict, ref: ImageRef, what: str) -> None:
         digests.checked((desc or {}).get("digest") if isinstance(desc, dict) else desc, f"{where}: layer {i}")
 
 
-def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, dict, dict]:
-    """(manifest digest, manifest, config) of the image in its registry, every digest in
-    them checked (digests.checked)."""
+@dataclass(frozen=True)
+class ManifestRead:
+    """The manifest `--image` names, read once: whether it is an index and the image verify
+    compares are judged on the same bytes (a second read could be answered differently)."""
+
+    ref: ImageRef
+    body: bytes
+    digest: str  # of these bytes (registryclient.manifest checks it)
+
+
+def read_manifest(client: RegistryClient, ref: ImageRef) -> ManifestRead:
     got = client.manifest(ref.path, ref.digest or ref.tag or "latest")
     if got is None:
         raise InputError(
             "--image", str(ref), "no such image in its registry", "check the reference and digest"
         )
     body, digest = got
+    return ManifestRead(ref, body, digest)
+
+
+def published(
+    client: RegistryClient, ref: ImageRef, tmp: Path, read: ManifestRead | None = None
+) -> tuple[str, dict, dict]:
+    """(manifest digest, manifest, config) of the image in its registry, every digest in
+    them checked (digests.checked). `read`: the manifest already read for `ref` (per_platform)."""
+    read = read if read is not None and read.ref == ref else read_manifest(client, ref)
+    body, digest = read.body, read.digest
     if ref.digest and digest != ref.digest:
         raise EnvironmentProblem(f"registry {ref.host} served {digest} for {ref} (fix: use another registry)")
     manifest = _json(body, "a manifest", ref)
@@ -219,23 +237,24 @@ def published(client: RegistryClient, ref: ImageRef, tmp: Path) -> tuple[str, di
     return digest, manifest, config
 
 
-def per_platform(image: str, platform: str | None) -> tuple[str, list[tuple[str, str]]] | None:
-    """When `image` names a multi-arch index: (the index, [(platform, HOST/NAME@sha256:...)]),
-    the entry of `platform` or else every entry, read from the index's bytes (their digest is
-    the one asked for: registryclient.manifest). None when it names one image."""
+def _ref_of(image: str) -> ImageRef:
     ref = ImageRef.parse(image, flag="--image")
     if not ref.explicit_host:
         raise InputError("--image", image, "names no registry", "give HOST[:PORT]/NAME@sha256:...")
-    client = RegistryClient(Registry(ref.host, ""))
-    got = client.manifest(ref.path, ref.digest or ref.tag or "latest")
-    if got is None:
-        raise InputError(
-            "--image", str(ref), "no such image in its registry", "check the reference and digest"
-        )
-    body, digest = got
+    return ref
+
+
+def per_platform(image: str, platform: str | None) -> tuple[str, list[tuple[str, str]]] | ManifestRead:
+    """When `image` names a multi-arch index: (the index, [(platform, HOST/NAME@sha256:...)]),
+    the entry of `platform` or else every entry, read from the index's bytes (their digest is
+    the one asked for: registryclient.manifest). When it names one image: its manifest as
+    read, for `run` to use (the one read of it)."""
+    ref = _ref_of(image)
+    read = read_manifest(RegistryClient(Registry(ref.host, "")), ref)
+    body, digest = read.body, read.digest
     listed = imageindex.platforms_of(body)
     if listed is None:
-        return None
+        return read
     if platform is not None and platform not in listed:
         raise InputError(
             "--platform",
@@ -384,16 +403,20 @@ def _against_original(
 
 
 def run(
-    manifests_root: Path, plan: Plan, image: str, options: BuildOptions, say: Say, scratch: Path | None = None
+    manifests_root: Path,
+    plan: Plan,
+    image: str,
+    options: BuildOptions,
+    say: Say,
+    scratch: Path | None = None,
+    read: ManifestRead | None = None,
 ) -> Report:
-    ref = ImageRef.parse(image, flag="--image")
-    if not ref.explicit_host:
-        raise InputError("--image", image, "names no registry", "give HOST[:PORT]/NAME@sha256:...")
+    ref = _ref_of(image)
     client = RegistryClient(Registry(ref.host, ""))
     rendered = render(plan, manifests_root)
     with tempfile.TemporaryDirectory(prefix="mtp-verify-", dir=scratch) as tmp:
         tmpdir = Path(tmp)
-        digest, manifest, config = published(client, ref, tmpdir)
+        digest, manifest, config = published(client, ref, tmpdir, read)
         check_plan(config, plan, rendered.identity, str(ref))
         media = check_blobs(client, ref, digest, manifest, config, tmpdir, say)
         say(f"verify  {ref.pinned(digest)}: rebuilding {rendered.identity} on a clean builder")

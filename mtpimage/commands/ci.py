@@ -357,8 +357,9 @@ def cmd_index(args) -> int:
     from mtpimage.plan import platforms as known_platforms  # deferred: as above
     from mtpimage.publish import baseplatform, imageindex  # deferred: as above
 
-    wanted = args.platforms or [baseplatform.BUILD_PLATFORM, *sorted(known_platforms.known())]
+    # platforms.yaml names linux/amd64 too (the build platform): each platform once, amd64 first
     allowed = {baseplatform.BUILD_PLATFORM, *known_platforms.known()}
+    wanted = args.platforms or [baseplatform.BUILD_PLATFORM, *sorted(allowed - {baseplatform.BUILD_PLATFORM})]
     for p in wanted:
         if p not in allowed:
             raise InputError(

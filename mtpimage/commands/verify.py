@@ -31,9 +31,11 @@ def cmd_verify(args) -> int:
     m = load_for(args)
     sets = getattr(args, "sets", None) or []
     targets = verify.per_platform(args.image, args.platform)
-    if targets is None:  # one image: verified against the plan (--platform sets its builds.platform)
+    if isinstance(
+        targets, verify.ManifestRead
+    ):  # one image: against the plan (--platform sets builds.platform)
         plan = plan_for(m, args.profile, _with_platform(sets, args.platform), **substitutions_of(args))
-        return _verify_one(verify, m, plan, args.image, args)
+        return _verify_one(verify, m, plan, args.image, args, targets)
     index, images = targets
     for platform, image in images:
         _say(f"platform {platform}: {image} (listed by the index {index})")
@@ -52,12 +54,12 @@ def _with_platform(sets: list[str], platform: str | None) -> list[str]:
     return [*sets, f"builds.platform={platform}"] if platform else list(sets)
 
 
-def _verify_one(verify, m, plan, image: str, args) -> int:
+def _verify_one(verify, m, plan, image: str, args, read=None) -> int:
     def progress(msg: str) -> None:  # the rebuild's own progress goes to stderr
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        report = verify.run(m.root, plan, image, build_options_from_args(args), progress)
+        report = verify.run(m.root, plan, image, build_options_from_args(args), progress, read=read)
     except verify.NotDescribed as exc:  # the layers it names, then the one error line
         for line in exc.details:
             _say(line)

@@ -52,6 +52,14 @@ def test_the_platform_manifest_is_locked_and_a_lock_or_mirror_naming_another_is_
         "manifest": "index",
         "platform_digest": amd64,
         "verified": True,
+        # builds.lock_platforms names linux/arm64 too: its manifest is recorded the same way
+        "platforms": {
+            "linux/arm64": {
+                "manifest": "index",
+                "platform_digest": first.platforms["linux/arm64"],
+                "verified": True,
+            }
+        },
     }
     assert f"linux/amd64 manifest {amd64} (index) recorded beside {first.digest}" in out
     code, out, err = _run(capsys, "check", "--manifests", m, "--profile", PROFILE)
