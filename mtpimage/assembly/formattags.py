@@ -4,9 +4,11 @@ One image has one manifest digest per layer format (layercompress.py): the same 
 diff IDs, other blobs. So that a site can keep gzip for docker 20.10 nodes beside zstd for
 enroot/pyxis in one namespace, each format has its own pair of tags: the default format
 (compression.yaml `default`, gzip) the plain `<identity>` and `<profile>` every client and
-every earlier release reads, any other `<identity>.<format>` and `<profile>.<format>`. A dot
-cannot occur in a profile name or an identity (profile.v1.json `name`; identities are hex),
-so no format's tag is another profile's or image's.
+every earlier release reads, any other `<identity>.<format>` and `<profile>.<format>`. The
+suffix follows plan/model.py's one rule for a variant's tag (variant_tag: a dot, which is in
+no profile name and no identity), so no format's tag is another profile's or image's; on
+another platform the profile tag is already a variant (`<profile>.arm64`), and its format's
+is `<profile>.arm64.zstd`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mtpimage.engine import layercompress
+from mtpimage.plan.model import variant_tag
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,9 @@ class PublishedTags:
 def for_format(identity: str, profile: str, fmt: str | None = None) -> PublishedTags:
     """The tags of `fmt` (None: the default format)."""
     fmt = fmt or layercompress.default_name()
-    suffix = "" if fmt == layercompress.default_name() else f".{fmt}"
-    return PublishedTags(identity + suffix, profile + suffix, fmt)
+    if fmt == layercompress.default_name():
+        return PublishedTags(identity, profile, fmt)
+    return PublishedTags(variant_tag(identity, fmt), variant_tag(profile, fmt), fmt)
 
 
 def stale_format(manifest: dict, fmt: str) -> str | None:

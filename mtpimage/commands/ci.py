@@ -112,7 +112,13 @@ def register(subparsers, add_common) -> None:
     p.add_argument(
         "--platform",
         metavar="OS/ARCH",
-        help="with --reproducible: the image's builds.platform (verify names it)",
+        help="with --reproducible: the image's builds.platform (verify names it); with --verify: "
+        "the platform of the signed image",
+    )
+    p.add_argument(
+        "--index",
+        action="store_true",
+        help="with --verify: the signed image is the profile's multi-arch index (what its tag names)",
     )
     p.set_defaults(func=cmd_summary)
 
@@ -385,12 +391,29 @@ def cmd_index(args) -> int:
 
 
 # -- summary ---------------------------------------------------------------------------------
+def _known_platform(platform: str | None) -> None:
+    from mtpimage.plan import platforms as known_platforms  # deferred: only when a summary names a platform
+
+    if platform is not None and platform not in known_platforms.known():
+        raise InputError(
+            "--platform",
+            platform,
+            "not a platform images are built for",
+            f"use {', '.join(known_platforms.known())}",
+        )
+
+
 def cmd_summary(args) -> int:
     """Never fails the job: a missing or bad file is reported in the summary itself."""
     if args.verify:
         if not args.signed_by or "/" not in args.signed_by:
             raise InputError("--signed-by", args.signed_by, "expected OWNER/REPO", "pass $GITHUB_REPOSITORY")
-        sys.stdout.write(workflow.verify_summary(args.profile, args.verify, args.signed_by))
+        if args.index and args.platform:
+            raise InputError("--index", None, "an index lists every platform", "drop --platform")
+        _known_platform(args.platform)
+        sys.stdout.write(
+            workflow.verify_summary(args.profile, args.verify, args.signed_by, args.platform, args.index)
+        )
         return 0
     if args.file is None:
         raise InputError("summary", None, "needs FILE (or --verify)", "pass the --summary-file JSON")

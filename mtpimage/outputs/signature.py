@@ -1,9 +1,10 @@
 """How to check a published image's keyless signature and provenance before pulling it.
 
-The images workflow (outputs/workflow.py) signs each pushed digest with cosign under the
-workflow's GitHub OIDC identity and attests its build provenance; the sign job's summary and
-the job scripts of `explain --cluster` print these commands, so whoever pulls the digest can
-check first who built it and from which workflow."""
+The images workflow (outputs/workflow.py) signs each pushed digest (each platform's image and
+the profile's multi-arch index) with cosign under the workflow's GitHub OIDC identity and
+attests its build provenance; the sign jobs' summaries and the job scripts of `explain
+--cluster` print these commands, so whoever pulls the digest can check first who built it and
+from which workflow."""
 
 from __future__ import annotations
 

@@ -11,8 +11,11 @@ The image workflow's jobs (their runners, time limits, measured disk needs and t
 compression are data: mtpimage/data/ci.yaml): `stack` (build.py stack: the shared layers once,
 the compiled wheels into the share; the pull requests' cache), `publish` per profile (the main
 job with --engine buildah, as root: what users pull is built bit for bit on a clean builder and
-pushed with the tool's gzip; --summary-file, and a summary that says how to verify it), `sign`
-per profile (build.py published, attestation, cosign), and for pull requests `test` (every
+pushed with the tool's gzip; --summary-file, and a summary that says how to verify it),
+`publish-arm64` per profile (the same for linux/arm64 on a native arm64 runner), `index` per
+profile (one multi-arch index under the profile's tag; its digest a job output), one sign job
+after each of the three (`sign`, `sign-arm64`, `sign-index`: attestation and cosign of the digest
+that job pushed, and a summary that says how to verify it), and for pull requests `test` (every
 profile in turn with docker's BuildKit and the stack as cache, no push).
 tests/unit/test_workflow.py checks each option against the CLI parser;
 tests/e2e/test_workflow_rehearsal.py runs the run steps.
@@ -34,6 +37,7 @@ from mtpimage.outputs.reproduce import Reproduce
 from mtpimage.outputs.reproduce import markdown as reproduce_markdown
 from mtpimage.outputs.signature import verify_commands
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
+from mtpimage.publish.baseplatform import BUILD_PLATFORM
 
 REPO_ROOT = locations.PACKAGE.parent
 TEMPLATES = locations.PACKAGE / "templates" / "workflows"
@@ -178,6 +182,7 @@ def render_workflows(m: Manifests, registry: Registry | str = DEFAULT_REGISTRY) 
         "jobs": ci["jobs"],
         "bump": ci["bump"],
         "wheel_repository": WHEEL_REPOSITORY,
+        "build_platform": BUILD_PLATFORM,
         "python_version": RUNNER_PYTHON,
         "cleanup_paths": CLEANUP_PATHS,
         "paths": TRIGGER_PATHS,
@@ -283,17 +288,41 @@ def render_summary(
     return "\n".join(lines) + "\n"
 
 
-def verify_summary(profile: str, image: str, repository: str) -> str:
-    """Markdown for the sign job: how to check the signature and provenance of `image`
-    (REG/mtp-verl@sha256:...) before pulling it."""
-    lines = [f"### {profile}: signed", "", "Verify before pulling:", "", "```bash"]
+def verify_summary(
+    profile: str, image: str, repository: str, platform: str | None = None, index: bool = False
+) -> str:
+    """Markdown for a sign job: how to check the signature and provenance of `image`
+    (REG/mtp-verl@sha256:...) before pulling it: one platform's image (`platform`), or the
+    profile's multi-arch index (`index`: what its tag names), whose platforms' images are
+    signed each by its own digest."""
+    what = "multi-arch index" if index else platform
+    lines = [
+        f"### {profile}{f' ({what})' if what else ''}: signed",
+        "",
+        "Verify before pulling:",
+        "",
+        "```bash",
+    ]
     lines += [*verify_commands(image, repository), "```", ""]
     name, _, digest = image.partition("@")
+    if index:
+        lines += [
+            f"This is what `docker pull {name}:{profile}` resolves to. Each platform's image it lists is "
+            "signed by its own digest, by the same workflow: read the digests from the index and "
+            "verify your node's platform the same way:",
+            "",
+            "```bash",
+            f"docker manifest inspect {image}   # or: skopeo inspect --raw docker://{image}",
+            *verify_commands(f"{name}@sha256:PLATFORM_DIGEST", repository),
+            "```",
+            "",
+        ]
+    sets = f" --set builds.platform={platform}" if platform and platform != BUILD_PLATFORM else ""
     lines += [
         "Job scripts pinned to this digest, with these checks in their head:",
         "",
         "```bash",
-        f"python3 build.py explain --profile {profile} --target rl --cluster slurm "
+        f"python3 build.py explain --profile {profile}{sets} --target rl --cluster slurm "
         f"--registry {name.rsplit('/', 1)[0]} --digest {digest} --signed-by {repository}",
         "```",
         "",

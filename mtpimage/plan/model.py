@@ -20,8 +20,20 @@ from mtpimage.plan.facts import tool_facts
 from mtpimage.settings import IMAGE_REPOSITORY  # noqa: F401 - the tool's one name for it; imported from here
 
 PLAN_SCHEMA = "mtp-image-builder/plan/v1"
+# The one rule for a tag that names one variant of an image (issues 48, 49): the plain tag, a
+# dot, the variant (a platform's arch: `mtp-detach.arm64`; a layer format: `mtp-detach.zstd`;
+# both, platform first: `mtp-detach.arm64.zstd`). A dot is in no profile name (profile.v1.json
+# `name`: [a-z0-9-]) and in no identity (`<profile>-<12 hex>`), so a variant's tag is never
+# another profile's or image's plain tag; a hyphen would be (`mtp-detach-arm64` is a valid name).
+TAG_VARIANT_SEPARATOR = "."
 MODE_LAYER = "mode"
 OS_LAYER = "os"
+
+
+def variant_tag(tag: str, variant: str) -> str:
+    """`tag` of one variant (TAG_VARIANT_SEPARATOR's rule): `mtp-detach` + `arm64` ->
+    `mtp-detach.arm64`."""
+    return f"{tag}{TAG_VARIANT_SEPARATOR}{variant}"
 
 
 @dataclass(frozen=True)
@@ -269,12 +281,13 @@ class Plan:
     @property
     def profile_tag(self) -> str:
         """The tag users pull, moved to the image once its checks passed: the profile's name for
-        the lock's platform; `<profile>-<arch>` for another (mtp-detach-arm64), so the platforms'
-        publish jobs never move one tag in turn: the multi-arch index (`index`) takes the
-        profile's name and lists both (issue 49)."""
+        the lock's platform; `<profile>.<arch>` for another (mtp-detach.arm64: variant_tag), so
+        the platforms' publish jobs never move one tag in turn and no profile's name is another's
+        platform tag: the multi-arch index (`index`) takes the profile's name and lists both
+        (issue 49)."""
         if self.platform == schema.default(COMPONENTS, "builds", "platform"):
             return self.profile
-        return f"{self.profile}-{self.platform.rsplit('/', 1)[-1]}"
+        return variant_tag(self.profile, self.platform.rsplit("/", 1)[-1])
 
     @property
     def recompute(self) -> dict | None:

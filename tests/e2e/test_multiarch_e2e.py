@@ -125,7 +125,7 @@ def test_both_platforms_one_index_pulled_per_platform_and_verified(world, tmp_pa
     arm64, arm64_s = _publish(world, registry, "linux/arm64", tmp_path)
     print(f"build seconds: linux/amd64 {amd64_s:.1f}, linux/arm64 under qemu {arm64_s:.1f}")
     # each platform's tag is its own: the profile's tag is left to the index
-    assert arm64["references"][1].endswith(f"/mtp-verl:{PROFILE}-arm64"), arm64["references"]
+    assert arm64["references"][1].endswith(f"/mtp-verl:{PROFILE}.arm64"), arm64["references"]
     assert amd64["digest"] != arm64["digest"]
 
     # one index under the profile's tag, the same bytes when made again

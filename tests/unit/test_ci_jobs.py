@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mtpimage.assembly import diskcheck, stack
 from mtpimage.assembly.render import render
@@ -165,7 +166,19 @@ def test_the_reproducible_jobs_disk_check_covers_its_clean_builders_scratch(tmp_
 
 def test_ci_settings_give_every_job_a_limit_and_the_building_ones_a_disk_need():
     jobs = workflow.ci_settings()["jobs"]
-    assert set(jobs) == {"stack", "publish", "publish-arm64", "index", "test", "sign"}
+    assert set(jobs) == {
+        "stack",
+        "publish",
+        "publish-arm64",
+        "index",
+        "test",
+        "sign",
+        "sign-arm64",
+        "sign-index",
+    }
+    # every job of the generated workflow has its settings, and no setting is for a job it lacks
+    generated = yaml.safe_load(workflow.render_workflows(manifest.load())[workflow.IMAGES_WORKFLOW])
+    assert set(generated["jobs"]) == set(jobs)
     for name in ("stack", "publish", "publish-arm64", "test"):
         assert jobs[name]["disk_need_gb"] > 0
     assert all(j["timeout_minutes"] <= 360 for j in jobs.values())  # GitHub's hosted job limit

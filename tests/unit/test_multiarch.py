@@ -7,21 +7,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from mtpimage.assembly import formattags
 from mtpimage.assembly.pipeline import BuildOptions
 from mtpimage.commands.load import plan_for
-from mtpimage.engine import buildahengine, emulation
+from mtpimage.engine import buildahengine, emulation, layercompress
 from mtpimage.engine.containerengine import BuildRequest, build_flags
 from mtpimage.errors import EnvironmentProblem, InputError
 from mtpimage.ext import extensions
 from mtpimage.imageref import Registry
 from mtpimage.manifests import manifest
 from mtpimage.outputs import reproduce
-from mtpimage.plan import rules
+from mtpimage.plan import platforms, rules
 from mtpimage.publish import digests, imageindex
+from mtpimage.publish.baseplatform import BUILD_PLATFORM
+from mtpimage.schemas import __path__ as schemas_path
 
 from .helpers import REPO
 
@@ -53,7 +58,41 @@ def test_a_non_default_platform_reaches_the_build_request_and_both_engines_argv(
 def test_each_platform_has_its_own_tag_and_the_profile_tag_is_the_index():
     m = manifest.load(TEST_MANIFESTS)
     assert plan_for(m, "test-detach", []).profile_tag == "test-detach"
-    assert plan_for(m, "test-detach", [f"builds.platform={ARM}"]).profile_tag == "test-detach-arm64"
+    arm = plan_for(m, "test-detach", [f"builds.platform={ARM}"])
+    assert arm.profile_tag == "test-detach.arm64"
+    # with a layer format too: the platform's tag, then the format's (one rule: variant_tag)
+    assert formattags.for_format("x", arm.profile_tag, "zstd").profile == "test-detach.arm64.zstd"
+
+
+def test_no_profile_named_like_another_profiles_platform_tag_can_move_that_image(tmp_path):
+    """`test-detach-arm64` is a valid profile name: with a hyphen between profile and arch, its
+    amd64 image would have gone under the tag of test-detach's arm64 image. Every tag of every
+    profile, platform and layer format is distinct, and no platform's tag is a name at all."""
+    man = tmp_path / "manifests"
+    shutil.copytree(TEST_MANIFESTS, man)
+    twin = (
+        (man / "profiles" / "test-detach.yaml")
+        .read_text()
+        .replace("name: test-detach\n", "name: test-detach-arm64\n")
+    )
+    (man / "profiles" / "test-detach-arm64.yaml").write_text(twin)
+    m = manifest.load(man)
+    assert "test-detach-arm64" in m.names()
+    name = json.loads((Path(schemas_path[0]) / "profile.v1.json").read_text())["$defs"]["name"]["pattern"]
+    arches = {p.rsplit("/", 1)[-1] for p in platforms.known()}
+    assert not arches & set(layercompress.formats())  # a platform's suffix is never a format's
+    owner: dict[str, tuple] = {}
+    for profile in m.names():
+        for platform in platforms.known():
+            plan = plan_for(m, profile, [f"builds.platform={platform}"])
+            if platform != BUILD_PLATFORM:
+                assert not re.fullmatch(name, plan.profile_tag), plan.profile_tag  # no profile's name
+            for fmt in layercompress.formats():
+                tag = formattags.for_format("x", plan.profile_tag, fmt).profile
+                assert tag not in owner, (tag, owner.get(tag), (profile, platform, fmt))
+                owner[tag] = (profile, platform, fmt)
+    assert owner["test-detach.arm64"][:2] == ("test-detach", ARM)
+    assert owner["test-detach-arm64"][:2] == ("test-detach-arm64", BUILD_PLATFORM)
 
 
 def test_a_stand_in_plan_without_platform_files_passes_the_rule_the_real_stack_does_not():

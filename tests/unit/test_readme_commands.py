@@ -34,13 +34,19 @@ OFFLINE = {"list", "check", "explain", None, "--help"}
 NEEDS_MORE = ("--probe-sources",)
 
 
-def readme_commands() -> list[str]:
+def block_lines(text: str) -> list[str]:
+    """Each line of the ```bash blocks of `text`, its trailing comment cut."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.splitlines():
             line = line.split("  #", 1)[0].strip()
             if line and not line.startswith("#"):
                 out.append(line)
+    return out
+
+
+def readme_commands() -> list[str]:
+    out = block_lines(README)
     prose = re.sub(r"```.*?```", "", README, flags=re.S)
     for span in re.findall(r"`([^`\n]+)`", prose):
         if span.startswith(("python3 build.py", "scripts/", "sudo bash scripts/")):
@@ -79,10 +85,24 @@ def verify_block() -> list[str]:
     return [reproduce.label_command(image), *reproduce.commands(how)]
 
 
+def sign_block() -> list[str]:
+    """README's signature check, as the sign-index job's summary prints it (outputs/workflow.py:
+    the index, then a platform's image it lists), with the README's placeholders: the same
+    lines, so the two cannot drift. Its job-script block (explain) is not repeated there."""
+    from mtpimage.outputs import workflow
+
+    text = workflow.verify_summary(
+        "mtp-detach", "ghcr.io/my-org/mtp-verl@sha256:INDEX", "my-org/mtp-image-builder", index=True
+    )
+    explain = text.index("python3 build.py explain")
+    return list(dict.fromkeys(block_lines(text[:explain])))
+
+
 COMMANDS = readme_commands()
 VERIFY = verify_block()
+SIGN = sign_block()
 TOOL = [c for c in COMMANDS if c.startswith("python3 build.py")]
-SCRIPTS = [c for c in COMMANDS if not c.startswith("python3 build.py") and c not in VERIFY]
+SCRIPTS = [c for c in COMMANDS if not c.startswith("python3 build.py") and c not in VERIFY + SIGN]
 
 
 def test_the_readme_shows_its_commands():
@@ -150,7 +170,7 @@ def test_each_offline_readme_command_runs_as_written(command, tmp_path, monkeypa
 def test_no_readme_command_needs_python_named_python():
     """Stock Debian 12 has python3 only (README): no command of the page says `python build.py`."""
     assert "python build.py" not in README
-    others = [c for c in COMMANDS if c not in VERIFY]
+    others = [c for c in COMMANDS if c not in VERIFY + SIGN]
     assert all(c.startswith(("python3 ", "scripts/", "sudo ")) for c in others), others
 
 
@@ -158,6 +178,16 @@ def test_the_verify_section_is_what_the_publish_job_prints():
     """#48: the README's way to verify a pulled image is the publish summary's, line for line."""
     start = COMMANDS.index(VERIFY[0])
     assert COMMANDS[start : start + len(VERIFY)] == VERIFY
+
+
+def test_the_signature_check_is_what_the_sign_index_job_prints():
+    """#49: the README's signature check names the index and a platform's image it lists, line
+    for line as the sign-index job's summary does, with the workflow's identity."""
+    assert any(c.startswith("cosign verify ghcr.io/my-org/mtp-verl@sha256:INDEX") for c in SIGN)
+    assert any(c.startswith("cosign verify ghcr.io/my-org/mtp-verl@sha256:PLATFORM_DIGEST") for c in SIGN)
+    assert any("--certificate-identity-regexp" in c and "my-org/mtp-image-builder" in c for c in SIGN)
+    start = COMMANDS.index(SIGN[0])
+    assert COMMANDS[start : start + len(SIGN)] == SIGN
 
 
 def test_the_verify_sections_git_lines_check_out_a_revision(tmp_path):

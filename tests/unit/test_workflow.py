@@ -296,7 +296,7 @@ def test_summary_step_runs_always_and_appends_to_step_summary(images):
         if name in ("stack", "index"):  # the index step tees its own lines into the summary
             continue
         summary = next(s for s in steps(job) if s.get("name") == "Job summary")
-        assert summary.get("if") == "always()" or name == "sign"
+        assert summary.get("if") == "always()" or name.startswith("sign")
         assert '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
         assert "python build.py summary" in summary["run"]
 
@@ -322,6 +322,8 @@ def test_permissions_are_least_privilege(generated):
                 (workflow.IMAGES_WORKFLOW, "index"): {"packages"},
                 # OIDC only where it signs, and that job runs no build
                 (workflow.IMAGES_WORKFLOW, "sign"): {"packages", "id-token", "attestations"},
+                (workflow.IMAGES_WORKFLOW, "sign-arm64"): {"packages", "id-token", "attestations"},
+                (workflow.IMAGES_WORKFLOW, "sign-index"): {"packages", "id-token", "attestations"},
                 # the weekly bump pushes its branch and opens the pull request, nothing else
                 (workflow.BUMP_WORKFLOW, "bump"): {"contents", "pull-requests"},
             }.get((rel, name), set())
