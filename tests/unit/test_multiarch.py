@@ -78,7 +78,9 @@ def test_no_profile_named_like_another_profiles_platform_tag_can_move_that_image
     (man / "profiles" / "test-detach-arm64.yaml").write_text(twin)
     m = manifest.load(man)
     assert "test-detach-arm64" in m.names()
-    name = json.loads((Path(schemas_path[0]) / "profile.v1.json").read_text())["$defs"]["name"]["pattern"]
+    name = json.loads((Path(schemas_path[0]) / "profile.v1.json").read_text())["$defs"]["profile_name"][
+        "pattern"
+    ]
     arches = {p.rsplit("/", 1)[-1] for p in platforms.known()}
     assert not arches & set(layercompress.formats())  # a platform's suffix is never a format's
     owner: dict[str, tuple] = {}
@@ -93,6 +95,25 @@ def test_no_profile_named_like_another_profiles_platform_tag_can_move_that_image
                 owner[tag] = (profile, platform, fmt)
     assert owner["test-detach.arm64"][:2] == ("test-detach", ARM)
     assert owner["test-detach-arm64"][:2] == ("test-detach-arm64", BUILD_PLATFORM)
+
+
+@pytest.mark.parametrize("taken", ["test-detach-0123456789ab", "stack-0123456789abcdef"])
+def test_a_profile_named_like_a_content_or_stack_tag_is_refused_in_one_line(tmp_path, taken):
+    """`<profile>-<12 hex>` is a profile's content tag (its identity) and `stack-<16 hex>` the
+    stack cache's: a profile of that name would push its profile tag over another image."""
+    man = tmp_path / "manifests"
+    shutil.copytree(TEST_MANIFESTS, man)
+    path = man / "profiles" / f"{taken}.yaml"
+    path.write_text(
+        (man / "profiles" / "test-detach.yaml").read_text().replace("name: test-detach\n", f"name: {taken}\n")
+    )
+    with pytest.raises(InputError) as exc:
+        manifest.load(man)
+    line = str(exc.value)
+    assert str(path) in line and "name" in line and "content tag" in line and "rename the profile" in line, (
+        line
+    )
+    assert "\n" not in line
 
 
 def test_a_stand_in_plan_without_platform_files_passes_the_rule_the_real_stack_does_not():
