@@ -50,7 +50,7 @@ from pathlib import Path
 from secrets import token_hex
 
 from mtpimage import children, janitor, settings
-from mtpimage.engine import buildlog, emulation, layercompress, ocilayout
+from mtpimage.engine import bindkeys, buildlog, emulation, layercompress, ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -444,6 +444,9 @@ class BuildahEngine(ContainerEngine):
             bases = mirrored_bases(dockerfile, req.mirrors)
             if bases:  # in the unpacked context only: FROM the mirror's reference, same digest
                 (ctx / "Dockerfile").write_text(mirrored_dockerfile(dockerfile, bases))
+            # buildah's layer cache keys a RUN by its text alone: what its bind mounts hold goes
+            # into the text (bindkeys.py), or a bumped source reuses the old layer
+            (ctx / "Dockerfile").write_text(bindkeys.keyed((ctx / "Dockerfile").read_text(), ctx))
             through = {b.mirror_ref: b for b in bases}
             for ref in base_images((ctx / "Dockerfile").read_text()):
                 _pull_base(store, ref, through.get(ref), req.platform)
