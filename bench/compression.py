@@ -7,7 +7,9 @@ image (issue 48): uncompressed (what --reproducible published before), gzip and 
     python3 bench/compression.py --layer-dir DIR    # a one-layer image of DIR's files (the torch layer)
         [--registry 127.0.0.1:5000/bench-compression] [--out FILE] [--reps 1]
         [--pull gzip,zstd]                          # the formats pulled (default: all three)
-        [--export-profile P]                        # with --image: also `build.py export --format enroot`
+        [--export-profile P [--manifests DIR]]      # with --image: also `build.py export --format enroot`
+        [--clients podman,skopeo+umoci,docker]      # the clients that pull
+        [--client-formats docker=gzip]              # a client that pulls only these formats (repeatable)
 
 Per format: the tool's own compressor makes the published form (layercompress.form: the time to
 compress is measured), the layers' bytes are counted, the form is pushed to the loopback
@@ -17,7 +19,9 @@ registry, and each client Debian 12 ships that reads it pulls and unpacks it int
     has the image's layers by diff ID and would skip them; docker cannot read zstd);
   - podman 4.3 (`podman pull` into a fresh --root);
   - skopeo 1.9 + umoci (`skopeo copy` to an OCI layout, `umoci unpack` into a rootfs).
-What a client cannot read is recorded as its error, not a time. A format left out of --pull is
+What a client cannot read is recorded as its error, not a time; a format a client is known not
+to read can be left out for it (`--client-formats docker=gzip`: docker 20.10 and zstd, measured:
+"archive/tar: invalid tar header"), recorded as not run. A format left out of --pull is
 counted (bytes, compress time) but neither pushed nor pulled: the real stack's uncompressed form
 is 14 GB more in the registry and on disk for a number the torch layer already gave.
 With --export-profile, the squashfs node path is measured beside the pulls: `build.py export
@@ -230,7 +234,7 @@ CLIENTS = {"docker": pull_docker, "podman": pull_podman, "skopeo+umoci": pull_sk
 NEEDS = {"docker": ["docker"], "podman": ["podman"], "skopeo+umoci": ["skopeo", "umoci"]}
 
 
-def export_enroot(image: str, profile: str, scratch: Path) -> dict:
+def export_enroot(image: str, profile: str, scratch: Path, manifests: Path | None = None) -> dict:
     """The squashfs node path: `build.py export --format enroot` (the tool's default zstd
     squashfs) and `unsquashfs` into an empty folder, as `enroot create` does on the node."""
     sqsh = scratch / "export" / "image.sqsh"
@@ -240,6 +244,7 @@ def export_enroot(image: str, profile: str, scratch: Path) -> dict:
         [
             sys.executable,
             str(REPO / "build.py"),
+            *(("--manifests", str(manifests)) if manifests else ()),
             "export",
             "--format",
             "enroot",
@@ -286,6 +291,11 @@ def main() -> int:
     src.add_argument("--layer-dir", type=Path, help="a directory: a one-layer image of its files")
     ap.add_argument("--name", default="", help="a name for this input in the results file")
     ap.add_argument("--registry", default="127.0.0.1:5000/bench-compression")
+    ap.add_argument(
+        "--repository",
+        default="img",
+        help="the repository pushed to under --registry (the image's own, e.g. mtp-verl: its blobs are there)",
+    )
     ap.add_argument("--scratch", type=Path, default=Path("/var/tmp"))
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--out", type=Path)
@@ -294,9 +304,25 @@ def main() -> int:
     )
     ap.add_argument("--clients", default=",".join(CLIENTS), help="the clients that pull (comma-separated)")
     ap.add_argument(
+        "--client-formats",
+        action="append",
+        default=[],
+        metavar="CLIENT=FMT[+FMT]",
+        help="this client pulls only these formats (e.g. docker=gzip: docker 20.10 cannot read zstd)",
+    )
+    ap.add_argument(
         "--export-profile", help="with --image: also export it for enroot (squashfs) and unsquash it"
     )
+    ap.add_argument(
+        "--manifests", type=Path, help="with --export-profile: the manifests the image was built from"
+    )
     args = ap.parse_args()
+    only = {}
+    for spec in args.client_formats:
+        client, _, fmts = spec.partition("=")
+        if client not in CLIENTS or not fmts or set(fmts.split("+")) - set(FORMATS):
+            ap.error(f"--client-formats {spec}: CLIENT=FMT[+FMT], CLIENT one of {', '.join(CLIENTS)}")
+        only[client] = fmts.split("+")
     pulled = [f for f in args.pull.split(",") if f]
     if set(pulled) - set(FORMATS) or args.export_profile and not args.image:
         ap.error(f"--pull takes {', '.join(FORMATS)}; --export-profile needs --image")
@@ -334,7 +360,7 @@ def main() -> int:
                     }
                 )
                 continue
-            ref = ImageRef.parse(f"{args.registry}/img:{fmt}-{tag}")
+            ref = ImageRef.parse(f"{args.registry}/{args.repository}:{fmt}-{tag}")
             t0 = time.monotonic()
             digest = push(form, ref)
             push_s = time.monotonic() - t0
@@ -342,6 +368,9 @@ def main() -> int:
             for client, fn in CLIENTS.items():
                 if client not in args.clients.split(","):
                     pulls[client] = {"error": "not run (--clients)"}
+                    continue
+                if client in only and fmt not in only[client]:
+                    pulls[client] = {"error": f"not run (--client-formats {client}={'+'.join(only[client])})"}
                     continue
                 if not all(shutil.which(t) for t in NEEDS[client]):
                     pulls[client] = {"error": "not installed"}
@@ -365,7 +394,11 @@ def main() -> int:
                     "pull_unpack": pulls,
                 }
             )
-        squashfs = export_enroot(args.image, args.export_profile, tmp) if args.export_profile else None
+        squashfs = (
+            export_enroot(args.image, args.export_profile, tmp, args.manifests)
+            if args.export_profile
+            else None
+        )
         names = layer_names(layout)
     by = {r["format"]: r for r in rows}
     ratios = {

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-STEP = re.compile(r"^STEP (\d+)/(\d+): (\S+)")
+# a multi-stage build prefixes each stage's steps with "[stage/stages] " (the extension
+# builder stages make the real stack's Dockerfile one); steps are counted per stage
+STEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+)/(\d+): (\S+)")
 BUILT = re.compile(r"^built\s+(sha256:[0-9a-f]+) in ([0-9.]+)s")
 COMPRESS = re.compile(r"^compress (\d+) layers \(([0-9.]+) GB\) as (.*)$")
 
@@ -33,7 +35,8 @@ def read(log: Path) -> dict:
     out: dict = {"log": str(log)}
     for line in log.read_text(errors="replace").splitlines():
         if m := STEP.match(line):
-            steps.append({"n": int(m[1]), "instruction": m[3], "cached": False})
+            name = f"{m[1]}/{m[2]}" if m[1] else m[2]  # stage/step, or the step of a one-stage build
+            steps.append({"n": name, "instruction": m[4], "line": line[:160], "cached": False})
         elif line.startswith("--> Using cache") and steps:
             steps[-1]["cached"] = True
         elif m := BUILT.match(line):
@@ -46,6 +49,7 @@ def read(log: Path) -> dict:
     out["steps_from_cache"] = sum(s["cached"] for s in steps)
     out["layers"] = len(layers)
     out["layers_run"] = [s["n"] for s in layers if not s["cached"]]
+    out["layers_run_lines"] = [s["line"] for s in layers if not s["cached"]]
     return out
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from secrets import token_hex
 
 from mtpimage import children, janitor, settings
-from mtpimage.engine import buildlog, emulation, layercompress, ocilayout
+from mtpimage.engine import bindkeys, buildlog, emulation, layercompress, ocilayout
 from mtpimage.engine.buildstream import stream_build
 from mtpimage.engine.containerengine import (
     BuildFailed,
@@ -273,6 +273,20 @@ def prune_layouts(layouts: Path, has_image, now: float, grace_s: float = LAYOUT_
     return gone
 
 
+def held_prefix(diff_ids: list[str], images: list[list[str]]) -> int:
+    """How many of `diff_ids`' leading layers dockerd holds: the longest prefix any of its
+    images' layer lists shares (a layer is held by its chain, the layers under it included)."""
+    best = 0
+    for layers in images:
+        n = 0
+        for a, b in zip(diff_ids, layers):
+            if a != b:
+                break
+            n += 1
+        best = max(best, n)
+    return best
+
+
 def _pull_base(store: Storage, ref: str, mirrored=None, platform: str | None = None) -> None:
     """Pull a base by its digest into the clean builder (`mirrored`: a MirroredBase, when a
     registry mirror serves it: `ref` is then the mirror's reference, and a failure names the
@@ -430,6 +444,9 @@ class BuildahEngine(ContainerEngine):
             bases = mirrored_bases(dockerfile, req.mirrors)
             if bases:  # in the unpacked context only: FROM the mirror's reference, same digest
                 (ctx / "Dockerfile").write_text(mirrored_dockerfile(dockerfile, bases))
+            # buildah's layer cache keys a RUN by its text alone: what its bind mounts hold goes
+            # into the text (bindkeys.py), or a bumped source reuses the old layer
+            (ctx / "Dockerfile").write_text(bindkeys.keyed((ctx / "Dockerfile").read_text(), ctx))
             through = {b.mirror_ref: b for b in bases}
             for ref in base_images((ctx / "Dockerfile").read_text()):
                 _pull_base(store, ref, through.get(ref), req.platform)
@@ -488,25 +505,43 @@ class BuildahEngine(ContainerEngine):
         return argv
 
     def _load(self, layout: ocilayout.Layout) -> None:
-        """Hand the image to dockerd, untagged (its ID there is the layout's config digest)."""
+        """Hand the image to dockerd, untagged (its ID there is the layout's config digest): the
+        layers dockerd lacks one at a time (ocilayout.load_steps: docker 20.10 unpacks a whole
+        load archive into its tmp directory first), the ones it has as empty placeholders (an
+        incremental build streams its new layers only, not the 14 GB of the real stack). Each
+        step before the last is an image of the layers up to it, removed once the image is in."""
         if self.docker.image_id(layout.image_id) == layout.image_id:
             return
+        present = held_prefix(layout.diff_ids, self.docker.layer_lists())
+        nonce = f"{os.getpid()}-{token_hex(6)}"
+        steps = ocilayout.load_steps(len(layout.diff_ids), present)
+        made = []
+        try:
+            for upto, have in steps:
+                last = upto == len(layout.diff_ids)
+                config = layout.config_bytes if last else ocilayout.prefix_config(layout, upto, nonce)
+                self._docker_load(ocilayout.docker_archive(layout, upto, have, config), layout.image_id)
+                if not last:
+                    made.append("sha256:" + ocilayout.sha256_hex(config))
+        finally:
+            for step in made:  # its layers stay: the image holds them
+                self.docker.untag(step)
+        if self.docker.image_id(layout.image_id) != layout.image_id:
+            raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
+
+    def _docker_load(self, chunks: Iterator[bytes], image_id: str) -> None:
         with children.spawn(
             [candidates()[0], "load", "--quiet"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         ) as proc:
-            for chunk in ocilayout.docker_archive(layout):
+            for chunk in chunks:
                 proc.stdin.write(chunk)
             proc.stdin.close()
             err = proc.stderr.read().decode(errors="replace")
             if proc.wait() != 0:
-                raise EnvironmentProblem(
-                    f"docker load of {layout.image_id[:19]} failed: {err.strip()[-300:]}"
-                )
-        if self.docker.image_id(layout.image_id) != layout.image_id:
-            raise EnvironmentProblem(f"dockerd did not keep {layout.image_id} as loaded (fix: report it)")
+                raise EnvironmentProblem(f"docker load of {image_id[:19]} failed: {err.strip()[-300:]}")
 
     def history(self, ref: str) -> list[tuple[int, str]]:
         """(bytes, created_by) per history entry, from this engine's layout: a layer's size is

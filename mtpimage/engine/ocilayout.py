@@ -165,22 +165,63 @@ def _decompress(src: Path, dest: Path, diff_id: str) -> int:
     return size
 
 
-def docker_archive(layout: Layout) -> Iterator[bytes]:
-    """The image as a `docker load` tar (untagged: dockerd keeps it by its ID)."""
+def prefix_config(layout: Layout, upto: int, nonce: str) -> bytes:
+    """The config of an image of the layout's first `upto` layers alone: what a load of one
+    layer at a time hands dockerd before the image's own config (load_steps). `nonce` (a label)
+    makes its ID this load's own, so removing it never removes another build's."""
+    config = layout.config
+    return canonical(
+        {
+            "architecture": config.get("architecture", "amd64"),
+            "os": config.get("os", "linux"),
+            "config": {"Labels": {"io.mtp-image-builder.load-step": nonce}},
+            "rootfs": {"type": "layers", "diff_ids": layout.diff_ids[:upto]},
+        }
+    )
+
+
+def load_steps(n: int, present: int) -> list[tuple[int, int]]:
+    """(upto, present) per `docker load` of an image of `n` layers whose first `present`
+    dockerd already has: one load per missing layer, each of the layers up to it, the earlier
+    ones already there. docker 20.10 unpacks a whole load archive into its tmp directory before
+    it registers a layer, so one archive of every layer needs the image's size free twice (14 GB
+    more for the real stack); one layer at a time needs the largest layer's. At least one load
+    (the image's own config) even when every layer is there."""
+    present = min(present, n)
+    return [(upto, upto - 1) for upto in range(present + 1, n + 1)] or [(n, n)]
+
+
+def docker_archive(
+    layout: Layout, upto: int | None = None, present: int = 0, config_bytes: bytes | None = None
+) -> Iterator[bytes]:
+    """The image as a `docker load` tar (untagged: dockerd keeps it by its ID). With `upto`:
+    an image of the first `upto` layers, whose config is `config_bytes` (prefix_config; the
+    layout's own for all of them). The first `present` layers are empty files: dockerd has them
+    (it looks a layer up by its chain ID before it opens the file, and never opens these); were
+    one gone meanwhile, its load fails on the diff ID, loudly, rather than loading another."""
+    n = len(layout.manifest["layers"])
+    upto = n if upto is None else upto
+    config_bytes = layout.config_bytes if config_bytes is None else config_bytes
     buf = io.BytesIO()
-    config_name = f"{sha256_hex(layout.config_bytes)}.json"
-    layers = [f"{d['digest'].split(':', 1)[1]}/layer.tar" for d in layout.manifest["layers"]]
+    config_name = f"{sha256_hex(config_bytes)}.json"
+    descs = layout.manifest["layers"][:upto]
+    layers = [f"{d['digest'].split(':', 1)[1]}/layer.tar" for d in descs]
     manifest = [{"Config": config_name, "RepoTags": None, "Layers": layers}]
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in ((config_name, layout.config_bytes), ("manifest.json", canonical(manifest))):
+        for name, data in ((config_name, config_bytes), ("manifest.json", canonical(manifest))):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        # a file is named by its diff ID: one a loaded layer shares with a present one is real
+        real = {name for name in layers[present:]}
         seen = set()
-        for name, desc in zip(layers, layout.manifest["layers"], strict=True):
+        for name, desc in zip(layers, descs, strict=True):
             if name in seen:
                 continue
             seen.add(name)
+            if name not in real:  # dockerd has it: an empty placeholder
+                tar.addfile(tarfile.TarInfo(name))
+                continue
             path = layout.blob(desc["digest"])
             info = tar.gettarinfo(str(path), arcname=name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""

@@ -110,3 +110,45 @@ def test_docker_archive_names_the_config_and_layers(tmp_path):
         assert [hashlib.sha256(tar.extractfile(n).read()).hexdigest() for n in manifest[0]["Layers"]] == [
             d.split(":")[1] for d in layout.diff_ids
         ]
+
+
+def _archive(layout, *args) -> dict:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(ocilayout.docker_archive(layout, *args)))) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())[0]
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    return {"manifest": manifest, "files": files}
+
+
+def test_a_load_step_carries_the_missing_layer_and_placeholders_for_those_dockerd_has(tmp_path):
+    tars = [_tar({"a": b"1"}), _tar({"b": b"2"}), _tar({"c": b"3"})]
+    layout = ocilayout.normalise(_layout(tmp_path / "l", tars, "FROM x"))
+    config = ocilayout.prefix_config(layout, 2, "n1")
+    got = _archive(layout, 2, 1, config)
+    names = got["manifest"]["Layers"]
+    assert len(names) == 2 and got["files"][got["manifest"]["Config"]] == config
+    assert json.loads(config)["rootfs"]["diff_ids"] == layout.diff_ids[:2]
+    assert got["files"][names[0]] == b""  # dockerd has it: never opened
+    assert got["files"][names[1]] == tars[1]
+    assert tars[2] not in got["files"].values()
+    # the nonce makes each load's step image its own
+    assert ocilayout.prefix_config(layout, 2, "n2") != config
+    # the image's own config, every layer present: placeholders only
+    whole = _archive(layout, 3, 3, None)
+    assert whole["files"][whole["manifest"]["Config"]] == layout.config_bytes
+    assert set(whole["files"][n] for n in whole["manifest"]["Layers"]) == {b""}
+
+
+def test_a_layer_equal_to_a_present_one_is_still_carried(tmp_path):
+    same = _tar({"same": b"x"})
+    layout = ocilayout.normalise(_layout(tmp_path / "l", [same, _tar({"b": b"2"}), same], "FROM x"))
+    got = _archive(layout, 3, 2, layout.config_bytes)
+    # one file for both: the third layer (another chain) must be loaded from it
+    assert got["manifest"]["Layers"][0] == got["manifest"]["Layers"][2]
+    assert got["files"][got["manifest"]["Layers"][0]] == same
+
+
+def test_load_steps_load_each_missing_layer_once_and_the_image_at_least_once():
+    assert ocilayout.load_steps(4, 0) == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    assert ocilayout.load_steps(4, 2) == [(3, 2), (4, 3)]
+    assert ocilayout.load_steps(4, 4) == [(4, 4)]
+    assert ocilayout.load_steps(4, 9) == [(4, 4)]
