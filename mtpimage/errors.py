@@ -20,6 +20,15 @@ EXIT_DISK = 5
 EXIT_DECODE = 6
 
 
+def last_words(text: str, width: int) -> str:
+    """The end of a tool's message (where it says why), at most `width` characters, cut at a
+    word and marked, never inside one: "... registry answered HTTP 500", not "egistry ..."."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    return "... " + text[-width:].split(" ", 1)[-1]
+
+
 class BuilderError(Exception):
     exit_code = EXIT_ENV
 

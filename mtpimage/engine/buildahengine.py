@@ -65,7 +65,7 @@ from mtpimage.engine.containerengine import (
     secret_files,
 )
 from mtpimage.engine.dockerengine import DockerEngine, candidates
-from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.errors import EnvironmentProblem, InputError, last_words
 from mtpimage.imageref import ImageRef, Registry, is_loopback
 from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable, answers
 
@@ -301,7 +301,7 @@ def _pull_base(store: Storage, ref: str, mirrored=None, platform: str | None = N
         raise mirrored.failed(proc.stderr)
     try:
         answers(host)
-        why = " ".join(proc.stderr.split())[-300:]
+        why = last_words(proc.stderr, 300)
     except RegistryUnreachable as exc:
         why = f"registry {host} cannot be reached ({exc.reason})"
     raise EnvironmentProblem(
@@ -471,7 +471,7 @@ class BuildahEngine(ContainerEngine):
             proc = store.run("push", "--quiet", "--disable-compression", built, f"oci:{dest}")
             if proc.returncode != 0:
                 raise EnvironmentProblem(
-                    f"buildah push {built[:19]} oci:{dest} failed: {proc.stderr.strip()[-300:]}"
+                    f"buildah push {built[:19]} oci:{dest} failed: {last_words(proc.stderr, 300)}"
                 )
             return ocilayout.normalise(dest)
         finally:
@@ -541,7 +541,7 @@ class BuildahEngine(ContainerEngine):
             proc.stdin.close()
             err = proc.stderr.read().decode(errors="replace")
             if proc.wait() != 0:
-                raise EnvironmentProblem(f"docker load of {image_id[:19]} failed: {err.strip()[-300:]}")
+                raise EnvironmentProblem(f"docker load of {image_id[:19]} failed: {last_words(err, 300)}")
 
     def history(self, ref: str) -> list[tuple[int, str]]:
         """(bytes, created_by) per history entry, from this engine's layout: a layer's size is
