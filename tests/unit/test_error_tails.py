@@ -50,3 +50,18 @@ def test_a_push_retry_line_keeps_whole_words():
     why = why.rsplit("); pushing again", 1)[0]
     assert why.startswith("... ") and "answered HTTP 500" in why, retry[0]
     assert set(why[4:].split()) <= set(("pushing: " * 40 + REASON).split()), retry[0]
+
+
+def test_a_tools_full_disk_is_this_machines_disk_exit_5_with_where_to_free():
+    from mtpimage.errors import EXIT_DISK, DiskProblem, full_disk
+
+    # buildah 1.28's words when the layout filled /var/tmp (the real stack, 2026-12-06)
+    said = 'pushing image "sha256:de66" to "oci:/var/tmp/x/oci": writing blob: write /var/tmp/x/oci/b: no space left on device'
+    full = full_disk(said)
+    assert full is not None and full.errno == 28
+    err = DiskProblem("writing the image's layout", "/var/tmp/x/oci", full, room="/var/tmp and MTP_CACHE_DIR")
+    assert err.exit_code == EXIT_DISK
+    line = err.one_line()
+    assert "writing to /var/tmp/x/oci gave No space left on device" in line
+    assert "(fix: free space in /var/tmp and MTP_CACHE_DIR" in line
+    assert full_disk("dial tcp 127.0.0.1:5000: connection refused") is None
