@@ -5,10 +5,13 @@ stack (issue 48 item 3), read from the two main jobs' logs (`scripts/real-stack/
 `compress` lines, and the script's `exit N in S s`).
 
     python3 bench/rebuild_real.py --cold LOG [--cold-wall S] --bump LOG [--bump-wall S] \\
-        [--bump-how TEXT] [--out bench/rebuild_results_real.json]
+        [--bump-how TEXT] [--verify OUT] [--out bench/rebuild_results_real.json]
 
 Both builds are the tool's own runs: the cold one on an empty layer cache (every step run),
-the bump on the layer cache the cold one left. Per build: the buildah build's seconds (the
+the bump on the layer cache the cold one left. `--verify` reads the output of
+`scripts/real-stack/verify-elsewhere.sh` run on the bump's image: a cold rebuild of the bumped
+lock from another checkout and cache, compared layer by layer, so "the bump gives the digest a
+cold build gives" is that run's verdict, not an assumption. Per build: the buildah build's seconds (the
 tool's `built` line), the steps run and taken from the cache, the layers (RUN/COPY steps) run
 again, and what the push compressed. No time is asserted anywhere.
 """
@@ -27,6 +30,9 @@ BENCH = Path(__file__).resolve().parent
 STEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+)/(\d+): (\S+)")
 BUILT = re.compile(r"^built\s+(sha256:[0-9a-f]+) in ([0-9.]+)s")
 COMPRESS = re.compile(r"^compress (\d+) layers \(([0-9.]+) GB\) as (.*)$")
+# verify-elsewhere.sh's own line, and verify's rows (assembly/verify.py `lines`)
+VERIFY_EXIT = re.compile(r"^verify: exit (\d+) in (\d+) s")
+VERIFY_ROW = re.compile(r"^(layer +\d+/\d+|config|blobs|manifest)\s+(same|DIFFERS)\s*(.*)$")
 
 
 def read(log: Path) -> dict:
@@ -53,6 +59,23 @@ def read(log: Path) -> dict:
     return out
 
 
+def read_verify(out: Path) -> dict:
+    """What one verify-elsewhere run says: its exit and seconds, each row's state, the verdict."""
+    got: dict = {"log": str(out), "rows": {}}
+    for line in out.read_text(errors="replace").splitlines():
+        if m := VERIFY_EXIT.match(line):
+            got["exit"], got["seconds"] = int(m[1]), float(m[2])
+        elif m := VERIFY_ROW.match(line.strip()):
+            got["rows"][" ".join(m[1].split())] = m[2]
+            if m[1] == "manifest":
+                got["manifest"] = m[3]
+        elif line.startswith(("identical:", "error:")):
+            got["verdict"] = line
+    got["layers_same"] = sum(1 for k, v in got["rows"].items() if k.startswith("layer") and v == "same")
+    got["layers"] = sum(1 for k in got["rows"] if k.startswith("layer"))
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cold", type=Path, required=True)
@@ -60,6 +83,7 @@ def main() -> int:
     ap.add_argument("--bump", type=Path, required=True)
     ap.add_argument("--bump-wall", type=float)
     ap.add_argument("--bump-how", default="")
+    ap.add_argument("--verify", type=Path, help="verify-elsewhere.sh's output for the bump's image")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", type=Path, default=BENCH / "rebuild_results_real.json")
     args = ap.parse_args()
@@ -73,6 +97,7 @@ def main() -> int:
         "cold": cold,
         "bump": {**bump, "how": args.bump_how},
         "ratios": ratios,
+        **({"verify_elsewhere": read_verify(args.verify)} if args.verify else {}),
         "note": args.note,
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -10,6 +10,8 @@ registry served cannot be decoded as what they claim to be (the image, not the n
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 
 EXIT_RULES = 1
@@ -18,6 +20,15 @@ EXIT_ENV = 3
 EXIT_AUTH = 4
 EXIT_DISK = 5
 EXIT_DECODE = 6
+
+
+def last_words(text: str, width: int) -> str:
+    """The end of a tool's message (where it says why), at most `width` characters, cut at a
+    word and marked, never inside one: "... registry answered HTTP 500", not "egistry ..."."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    return "... " + text[-width:].split(" ", 1)[-1]
 
 
 class BuilderError(Exception):
@@ -65,13 +76,21 @@ class DiskProblem(EnvironmentProblem):
 
     exit_code = EXIT_DISK
 
-    def __init__(self, what: str, path: object, exc: OSError):
+    def __init__(self, what: str, path: object, exc: OSError, room: str = ""):
         where = f" to {path}" if isinstance(path, str) and path else ""
+        room = room or "the temporary directory (TMPDIR) and MTP_CACHE_DIR"
         super().__init__(
             f"this machine's disk failed while {what}: writing{where} gave {exc.strerror or exc} "
-            "(fix: free space in the temporary directory (TMPDIR) and MTP_CACHE_DIR, or check "
-            "their permissions, then run again)"
+            f"(fix: free space in {room}, or check their permissions, then run again)"
         )
+
+
+def full_disk(stderr: str) -> OSError | None:
+    """The OSError a tool's message reports when it ran out of space (buildah, dockerd and
+    registries say it in Go's words), else None: a full disk is exit 5, not the tool's fault."""
+    if "no space left on device" in stderr.lower():
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
 
 
 class DecodeProblem(EnvironmentProblem):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpimage import children, netpolicy, settings
-from mtpimage.errors import EnvironmentProblem
+from mtpimage.errors import EnvironmentProblem, last_words
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -99,7 +99,7 @@ class GitError(EnvironmentProblem):
 
     def __init__(self, repo: str, what: str, stderr: str, commit: str | None = None):
         self.repo, self.what, self.commit = repo, what, commit
-        self.stderr = " ".join((stderr or "").split())[-600:]
+        self.stderr = last_words(stderr or "", 600)
         low = self.stderr.lower()
         self.offline = any(p in low for p in OFFLINE_PATTERNS)
         self.missing = any(p in low for p in MISSING_PATTERNS)
@@ -348,7 +348,7 @@ def remembering_fetch():
 def apply_check(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
     """`git apply --check -p<strip>` of a patch against a fetched tree."""
     proc = git("apply", "--check", f"-p{strip}", str(patch.resolve()), cwd=tree, timeout=120)
-    return proc.returncode == 0, " ".join(proc.stderr.split())[-400:]
+    return proc.returncode == 0, last_words(proc.stderr, 400)
 
 
 # ----------------------------------------------------------------------------- diffs of two commits

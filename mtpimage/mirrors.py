@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from mtpimage import settings
-from mtpimage.errors import EnvironmentProblem, InputError, redact
+from mtpimage.errors import EnvironmentProblem, InputError, last_words, redact
 from mtpimage.imageref import DOCKER_HUB, ImageRef, Registry, is_loopback, names_a_host
 
 INDEX_SETTING = "MTP_INDEX_REWRITE"
@@ -168,7 +168,7 @@ class MirroredBase:
         return EnvironmentProblem(
             f"base image {self.ref} through its registry mirror ({REGISTRY_SETTING} / --registry-mirror "
             f"{self.mirror.registry}={self.mirror.location}): {self.mirror_ref} could not be pulled: "
-            f"{' '.join(why.split())[-300:]} (fix: make the mirror serve {self.mirror.registry}'s image by "
+            f"{last_words(why, 300)} (fix: make the mirror serve {self.mirror.registry}'s image by "
             f"its digest at {self.mirror.location}, e.g. push or proxy it there, or correct the setting)"
         )
 

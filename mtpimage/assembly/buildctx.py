@@ -21,7 +21,7 @@ from mtpimage import gitfetch
 from mtpimage.assembly import extbuild
 from mtpimage.assembly.render import Rendered, deterministic_tar
 from mtpimage.assembly.steps import patch_name
-from mtpimage.errors import EnvironmentProblem
+from mtpimage.errors import EnvironmentProblem, last_words
 from mtpimage.ext.wheelcache import WheelCache
 from mtpimage.manifests import patches
 from mtpimage.plan.model import Component
@@ -55,7 +55,7 @@ def _tree_archive(name: str, repo: str, commit: str) -> bytes:
         raise _fetch_error(name, exc) from None
     proc = gitfetch.git("ls-files", "-z", "--cached", cwd=tree.path)
     if proc.returncode != 0:
-        raise EnvironmentProblem(f"git ls-files in the {name} cache failed: {proc.stderr[-300:]}")
+        raise EnvironmentProblem(f"git ls-files in the {name} cache failed: {last_words(proc.stderr, 300)}")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in sorted(x for x in proc.stdout.split("\0") if x):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mtpimage import engine
 from mtpimage.assembly import checkreuse
 from mtpimage.assembly.checkreuse import REUSED
-from mtpimage.errors import EnvironmentProblem
+from mtpimage.errors import EnvironmentProblem, last_words
 from mtpimage.gitfetch import cache_root
 
 CHECKS = "/opt/mtp/checks/run_checks.py"
@@ -140,7 +140,7 @@ def run_checks(image: str, eng, gpu: bool = False, timeout: float = 900, full: b
         reason = " ".join(exc.detail.split())
         if gpu and any(p in reason.lower() for p in GPU_UNAVAILABLE):
             raise EnvironmentProblem(
-                f"--gpu: Docker cannot give the container a GPU on this host ({reason[-160:]}) (fix: "
+                f"--gpu: Docker cannot give the container a GPU on this host ({last_words(reason, 160)}) (fix: "
                 "on a GPU host install the NVIDIA driver and the NVIDIA Container Toolkit, run "
                 "`nvidia-ctk runtime configure --runtime=docker` and restart dockerd; or run "
                 "without --gpu)"
@@ -149,7 +149,7 @@ def run_checks(image: str, eng, gpu: bool = False, timeout: float = 900, full: b
             raise EnvironmentProblem(
                 f"image {image} not found locally (build it first, or pull it)"
             ) from None
-        raise EnvironmentProblem(f"cannot start a container of {image}: {reason[-400:]}") from None
+        raise EnvironmentProblem(f"cannot start a container of {image}: {last_words(reason, 400)}") from None
     if reuse and ran.exit_code == 2 and "--reuse" in ran.stderr:
         # run_checks.py from before reuse (an image built earlier): everything runs
         ran = eng.run(image, cmd[: len(cmd) - len(reuse)], gpu=gpu, timeout=timeout)

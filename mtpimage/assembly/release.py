@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mtpimage import engine, netpolicy
-from mtpimage.errors import EnvironmentProblem
+from mtpimage.errors import EnvironmentProblem, last_words
 from mtpimage.imageref import Registry
 from mtpimage.publish.registryclient import RegistryClient
 
@@ -66,7 +66,7 @@ def push(eng: engine.ContainerEngine, ref: str, say: Say = print) -> None:
         err = state.outcome.exception()
         say(
             f"retry   {ref}: attempt {state.attempt_number}/{attempts} failed "
-            f"({' '.join(err.stderr.split())[-160:]}); pushing again in {state.next_action.sleep:.1f} s"
+            f"({last_words(err.stderr, 160)}); pushing again in {state.next_action.sleep:.1f} s"
         )
 
     netpolicy.retrying(lambda e: isinstance(e, PushFailed) and e.transient, before_sleep)(once)

@@ -65,7 +65,7 @@ from mtpimage.engine.containerengine import (
     secret_files,
 )
 from mtpimage.engine.dockerengine import DockerEngine, candidates
-from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.errors import DiskProblem, EnvironmentProblem, InputError, full_disk, last_words
 from mtpimage.imageref import ImageRef, Registry, is_loopback
 from mtpimage.publish.registryclient import RegistryClient, RegistryHTTPError, RegistryUnreachable, answers
 
@@ -301,7 +301,7 @@ def _pull_base(store: Storage, ref: str, mirrored=None, platform: str | None = N
         raise mirrored.failed(proc.stderr)
     try:
         answers(host)
-        why = " ".join(proc.stderr.split())[-300:]
+        why = last_words(proc.stderr, 300)
     except RegistryUnreachable as exc:
         why = f"registry {host} cannot be reached ({exc.reason})"
     raise EnvironmentProblem(
@@ -470,8 +470,15 @@ class BuildahEngine(ContainerEngine):
             built = iidfile.read_text().strip()
             proc = store.run("push", "--quiet", "--disable-compression", built, f"oci:{dest}")
             if proc.returncode != 0:
+                if full := full_disk(proc.stderr):  # the layout is the image's whole size
+                    raise DiskProblem(
+                        f"writing the image's layout (buildah push {built[:19]})",
+                        str(dest),
+                        full,
+                        room=f"{SCRATCH_PARENT} and MTP_CACHE_DIR (the image's uncompressed size, each)",
+                    )
                 raise EnvironmentProblem(
-                    f"buildah push {built[:19]} oci:{dest} failed: {proc.stderr.strip()[-300:]}"
+                    f"buildah push {built[:19]} oci:{dest} failed: {last_words(proc.stderr, 300)}"
                 )
             return ocilayout.normalise(dest)
         finally:
@@ -541,7 +548,11 @@ class BuildahEngine(ContainerEngine):
             proc.stdin.close()
             err = proc.stderr.read().decode(errors="replace")
             if proc.wait() != 0:
-                raise EnvironmentProblem(f"docker load of {image_id[:19]} failed: {err.strip()[-300:]}")
+                if full := full_disk(err):
+                    raise DiskProblem(
+                        f"loading {image_id[:19]} into dockerd", None, full, room="dockerd's data root"
+                    )
+                raise EnvironmentProblem(f"docker load of {image_id[:19]} failed: {last_words(err, 300)}")
 
     def history(self, ref: str) -> list[tuple[int, str]]:
         """(bytes, created_by) per history entry, from this engine's layout: a layer's size is

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from mtpimage import invocation, janitor
-from mtpimage.errors import BuilderError, EnvironmentProblem, InputError
+from mtpimage.errors import BuilderError, EnvironmentProblem, InputError, last_words
 from mtpimage.imageref import ImageRef
 from mtpimage.manifests import inputfile
 from mtpimage.mirrors import INDEX_SECRET, BuildMirrors, MirroredBase
@@ -93,8 +93,7 @@ class PushFailed(EnvironmentProblem):
         own = re.search(r" \(fix: (.*)\)$", text)
         if own:
             text = text[: own.start()]
-        if len(text) > DETAIL_WIDTH:  # the end says why; cut at a word, never inside one
-            text = "... " + text[-DETAIL_WIDTH:].split(" ", 1)[-1]
+        text = last_words(text, DETAIL_WIDTH)  # the end says why
         self.stderr = text
         self.transient = transient
         host = ref.split("/")[0]
@@ -113,7 +112,7 @@ class StartFailed(EnvironmentProblem):
 
     def __init__(self, image: str, detail: str, image_missing: bool = False):
         self.image, self.detail, self.image_missing = image, detail, image_missing
-        super().__init__(f"cannot start a container of {image}: {detail[-400:]}")
+        super().__init__(f"cannot start a container of {image}: {last_words(detail, 400)}")
 
 
 class ContainerEngine(ABC):
@@ -236,11 +235,11 @@ class ContainerEngine(ABC):
             if exc.why == "denied":
                 raise EnvironmentProblem(
                     f"{ref} is not in the local Docker engine and registry {host} "
-                    f"refuses to serve it: {err[-200:]} (fix: docker login {host})"
+                    f"refuses to serve it: {last_words(err, 200)} (fix: docker login {host})"
                 ) from None
             raise EnvironmentProblem(
                 f"{ref} is not in the local Docker engine and registry {host} cannot "
-                f"be reached: {err[-200:]} (fix: check that the registry runs and is "
+                f"be reached: {last_words(err, 200)} (fix: check that the registry runs and is "
                 f"reachable from this machine, or docker load the image)"
             ) from None
 

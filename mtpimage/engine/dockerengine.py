@@ -43,7 +43,7 @@ from mtpimage.engine.containerengine import (
     mirrored_dockerfile,
     secret_files,
 )
-from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.errors import EnvironmentProblem, InputError, last_words
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def docker(
         if down is not None:
             raise down
     if check and proc.returncode != 0:
-        raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: {_text(proc.stderr).strip()[-400:]}")
+        raise EnvironmentProblem(f"docker {' '.join(args[:3])} failed: {last_words(_text(proc.stderr), 400)}")
     return proc
 
 
@@ -434,7 +434,7 @@ class DockerEngine(ContainerEngine):
         err = _text(proc.stderr)
         if any(p in err.lower() for p in NO_SUCH_PATH):
             return None
-        raise EnvironmentProblem(f"docker cp {container[:12]}:{path} failed: {err.strip()[-300:]}")
+        raise EnvironmentProblem(f"docker cp {container[:12]}:{path} failed: {last_words(err, 300)}")
 
     def export(self, container: str) -> Iterator[bytes]:
         cli = candidates()[0]
@@ -445,7 +445,7 @@ class DockerEngine(ContainerEngine):
                 yield chunk
             err = _text(proc.stderr.read())
             if proc.wait() != 0:
-                raise unreachable(err) or EnvironmentProblem(f"docker export failed: {err.strip()[-300:]}")
+                raise unreachable(err) or EnvironmentProblem(f"docker export failed: {last_words(err, 300)}")
 
     def remove(self, container: str) -> None:
         docker("rm", "--force", container, check=False)

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from mtpimage import children, gitfetch
+from mtpimage.errors import last_words
 from mtpimage.lock import lockfile, srcmeta
 from mtpimage.lock.probetable import component_of, probe_specs, source_probe_specs
 from mtpimage.lock.sources import SourceSet
@@ -428,7 +429,7 @@ def patch_dry_run(tree: Path, patch: Path, strip: int) -> tuple[bool, str]:
         text=True,
         timeout=120,
     )
-    return proc.returncode == 0, " ".join((proc.stdout + proc.stderr).split())[-400:]
+    return proc.returncode == 0, last_words(proc.stdout + proc.stderr, 400)
 
 
 def source_root(tree: Path, c: Component) -> Path:
@@ -499,7 +500,7 @@ def patched_copy(tree: Path, patches: list[tuple[Path, int]]) -> Path:
         )
         if proc.returncode != 0:
             shutil.rmtree(scratch, ignore_errors=True)
-            raise RuntimeError(" ".join((proc.stdout + proc.stderr).split())[-400:])
+            raise RuntimeError(last_words(proc.stdout + proc.stderr, 400))
     return scratch
 
 

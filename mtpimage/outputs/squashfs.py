@@ -20,7 +20,7 @@ from pathlib import Path
 from mtpimage import children, engine, invocation
 from mtpimage.assembly.versionvector import VECTOR_PATH
 from mtpimage.engine.ocilayout import file_sha256
-from mtpimage.errors import EnvironmentProblem, InputError
+from mtpimage.errors import EnvironmentProblem, InputError, last_words
 from mtpimage.outputs import runtimeconfig
 from mtpimage.outputs.runtimes import Runtime, SquashCompression, reproducible_args
 
@@ -58,7 +58,7 @@ def unpack(image: str, eng: engine.ContainerEngine, root: Path) -> None:
             err = untar.stderr.read().decode(errors="replace")
             untar.wait()
         if untar.returncode != 0:
-            raise EnvironmentProblem(f"unpacking {image} failed: {err.strip()[-300:]}")
+            raise EnvironmentProblem(f"unpacking {image} failed: {last_words(err, 300)}")
     finally:
         eng.remove(container)
 
@@ -105,7 +105,7 @@ def squash(root: Path, out: Path, comp: SquashCompression, processors: int | Non
     proc = children.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         out.unlink(missing_ok=True)
-        err = " ".join(proc.stderr.split())[-300:]
+        err = last_words(proc.stderr, 300)
         fix = ""
         if "not supported" in err.lower() or "unrecognised" in err.lower():
             fix = f" (fix: a squashfs-tools built with {comp.name} (4.4 or later for zstd), or --squash-compression gzip)"
