@@ -86,8 +86,9 @@ class DiskProblem(EnvironmentProblem):
 
 
 def full_disk(stderr: str) -> OSError | None:
-    """The OSError a tool's message reports when it ran out of space (buildah, dockerd and
-    registries say it in Go's words), else None: a full disk is exit 5, not the tool's fault."""
+    """The OSError a tool's message reports when this machine ran out of space (buildah and
+    dockerd say it in Go's words), else None: a full disk is exit 5, not the tool's fault. A
+    registry's full disk does not reach its client (it answers HTTP 500 "unknown error")."""
     if "no space left on device" in stderr.lower():
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return None
