@@ -33,7 +33,7 @@ from mtpimage.lock.pydeps import probe_index
 from mtpimage.manifests.manifest import Manifests
 from mtpimage.mirrors import INDEX_SETTING, BuildMirrors, MirroredBase, Mirrors, redact
 from mtpimage.plan.model import IMAGE_REPOSITORY, Plan
-from mtpimage.publish import baseplatform, imageindex, sbomattach
+from mtpimage.publish import baseplatform, imageindex, pullneeds, sbomattach
 from mtpimage.publish.registryclient import RegistryClient, RegistryUnreachable, answers
 
 Say = Callable[[str], None]
@@ -388,10 +388,14 @@ def run_tests(
     return report
 
 
-def say_pulls(ref: ImageRef, say: Say = _say) -> None:
+def say_pulls(ref: ImageRef, say: Say = _say, layer_format: str | None = None) -> None:
+    """The digest and a line per client that pulls it; a client that must be a given version
+    to read `layer_format` layers (docker 23.0 for zstd) says so on its line."""
     say(f"digest  {ref.digest}")
+    needs = pullneeds.pull_needs(layer_format)
     for key, text in ref.pull_strings().items():
-        say(f"{key:<9} {text}")
+        need = f"   # {needs[key]}" if key in needs else ""
+        say(f"{key:<9} {text}{need}")
 
 
 # ----------------------------------------------------------------------------- the job
@@ -568,4 +572,4 @@ def _published(summary: dict, reg: Registry, tags: formattags.PublishedTags, dig
         references=[reg.ref(IMAGE_REPOSITORY, tags.content), reg.ref(IMAGE_REPOSITORY, tags.profile)],
         layer_format=tags.format,
     )
-    say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say)
+    say_pulls(reg.image(IMAGE_REPOSITORY, digest=digest), say, tags.format)

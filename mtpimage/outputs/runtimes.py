@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
-
-import yaml
 
 from mtpimage.engine import layercompress
 from mtpimage.errors import InputError
+from mtpimage.publish import pullneeds
+from mtpimage.publish.pullneeds import LayerSupport
 
 
 @dataclass(frozen=True)
@@ -26,14 +25,6 @@ class SquashCompression:
     name: str
     args: tuple[str, ...]
     why: str
-
-
-@dataclass(frozen=True)
-class LayerSupport:
-    """A runtime and one registry layer format: the oldest version that reads it ("": every)."""
-
-    since: str
-    note: str
 
 
 @dataclass(frozen=True)
@@ -69,13 +60,8 @@ class SifBuild:
     args: str
 
 
-def _unfold(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-@cache
-def _doc() -> dict:
-    return yaml.safe_load(resources.files("mtpimage.data").joinpath("runtimes.yaml").read_text())
+_unfold = pullneeds.unfold
+_doc = pullneeds.runtimes_doc
 
 
 @cache
@@ -103,11 +89,7 @@ def runtimes() -> dict[str, Runtime]:
             export_default=spec["export"]["default"],
             reads={comp: _unfold(text) for comp, text in spec["export"]["reads"].items()},
             sources=tuple(spec["export"]["sources"]),
-            layers={
-                fmt: LayerSupport(str(v["since"]), _unfold(v["note"]))
-                for fmt, v in layers.items()
-                if isinstance(v, dict)
-            },
+            layers=pullneeds.layer_support(layers),
             layers_source=layers["source"],
             version_command=spec["version_command"],
             sif_compression=sif.get("compression", ""),

@@ -37,6 +37,7 @@ from mtpimage.outputs.reproduce import Reproduce
 from mtpimage.outputs.reproduce import markdown as reproduce_markdown
 from mtpimage.outputs.signature import verify_commands
 from mtpimage.plan.model import IMAGE_REPOSITORY, build_plan
+from mtpimage.publish import pullneeds
 from mtpimage.publish.baseplatform import BUILD_PLATFORM
 
 REPO_ROOT = locations.PACKAGE.parent
@@ -243,6 +244,8 @@ def write(root: Path, files: dict[str, str]) -> list[str]:
 #   pushed      true when pushed
 #   references  the pushed references (REGISTRY/NAMESPACE/mtp-verl:TAG, ...)
 #   digest      the registry manifest digest of the pushed image (sha256:...)
+#   layer_format the format of its layers (gzip, zstd): a pull line that needs a newer
+#               client for it says so (runtimes.yaml pull_lines)
 # Missing keys only shorten the summary; a missing or unreadable file is reported, not fatal.
 def pull_strings(reference: str, digest: str) -> dict[str, str]:
     """Ways to pull REGISTRY/PATH[:TAG] by digest: docker, pyxis (srun), enroot, apptainer."""
@@ -278,8 +281,9 @@ def render_summary(
             pulls = pull_strings(refs[0], digest)
         except InputError:
             pulls = {}  # not a reference this tool writes: the rows above still say it
+        needs = pullneeds.pull_needs(data.get("layer_format"))
         for how, text in pulls.items():
-            rows.append((how, _code(text)))
+            rows.append((how, _code(text) + (f" ({needs[how]})" if how in needs else "")))
     elif not data.get("pushed"):
         rows.append(("pushed", "no (pull request: build and test only)"))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]

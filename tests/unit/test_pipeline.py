@@ -150,8 +150,12 @@ def test_another_layer_format_is_published_under_its_own_tags(steps, tmp_path):
     state["engine"] = _ZstdEngine(calls)
     job = _job(steps, tmp_path, "127.0.0.1:5000/ns")
     rendered = pipeline.render(job.plan, job.manifests.root)
-    pipeline.run(job, say=lambda _: None)
+    said: list[str] = []
+    pipeline.run(job, say=said.append)
     assert state["published"] == (f"{rendered.identity}.zstd", "mtp-detach.zstd", False)
+    # the pull lines say which clients read zstd: Debian 12's docker 20.10 does not
+    docker = next(line for line in said if line.startswith("docker "))
+    assert docker.endswith("   # needs docker 23.0.0 or later (zstd layers)"), docker
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["layer_format"] == "zstd"
     assert summary["references"] == [

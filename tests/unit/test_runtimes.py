@@ -12,6 +12,7 @@ import pytest
 
 from mtpimage.errors import InputError
 from mtpimage.outputs import runtimes
+from mtpimage.publish import pullneeds
 
 VERSION = re.compile(r"\d+(\.\d+)+")
 
@@ -94,3 +95,25 @@ def test_a_pull_of_zstd_layers_needs_the_version_and_says_the_fix():
     unknown = runtimes.Pull(runtimes.runtime("apptainer"), "docker://img", None)
     assert unknown.minimum == ""
     assert "zstd: Apptainer 1.4.0+" in unknown.comments()[0]
+
+
+def test_every_pull_line_the_tool_prints_has_a_reader_with_a_layer_table():
+    from mtpimage.imageref import ImageRef
+
+    lines = set(ImageRef.parse("reg.example/ns/mtp-verl").pinned("sha256:" + "0" * 64).pull_strings())
+    readers = pullneeds.line_readers()
+    assert set(readers) == lines
+    for line, reader in readers.items():
+        assert reader.title and reader.source.startswith("https://"), line
+        assert {"gzip", "zstd"} <= set(reader.layers), line
+        assert all(s.since == "" or VERSION.fullmatch(s.since) for s in reader.layers.values()), line
+
+
+def test_zstd_pull_lines_name_the_client_version_that_reads_them_and_gzip_ones_none():
+    needs = pullneeds.pull_needs("zstd")
+    # docker 20.10 (Debian 12's) cannot pull zstd layers: measured, and moby#41759 is in 23.0.0
+    assert str(needs["docker"]) == "needs docker 23.0.0 or later (zstd layers)"
+    assert needs["pyxis"].reader == needs["enroot"].reader == "enroot" and needs["enroot"].since == "4.0.0"
+    assert needs["apptainer"].since == "1.4.0"
+    assert pullneeds.pull_needs("gzip") == {}
+    assert pullneeds.pull_needs(None) == {} and pullneeds.pull_needs("lz4") == {}

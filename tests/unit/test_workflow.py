@@ -485,6 +485,16 @@ def test_summary_of_a_pushed_image_lists_digest_and_pull_strings():
     assert f"| digest | `{DIGEST}` |" in md
 
 
+def test_summary_of_a_zstd_image_says_which_clients_read_it_and_of_a_gzip_one_nothing():
+    zstd = workflow.render_summary("mtp-detach", {**PUSHED, "layer_format": "zstd"})
+    pull = f"`docker pull ghcr.io/acme/mtp-verl@{DIGEST}`"
+    assert f"| docker | {pull} (needs docker 23.0.0 or later (zstd layers)) |" in zstd
+    assert "(needs enroot 4.0.0 or later (zstd layers))" in zstd
+    assert "(needs Apptainer 1.4.0 or later (zstd layers))" in zstd
+    gzip = workflow.render_summary("mtp-detach", {**PUSHED, "layer_format": "gzip"})
+    assert f"| docker | {pull} |" in gzip and "needs" not in gzip
+
+
 def test_pull_strings_handle_a_registry_port():
     s = workflow.pull_strings("localhost:5000/ml/mtp-verl:tag-1", DIGEST)
     assert s["docker"] == f"docker pull localhost:5000/ml/mtp-verl@{DIGEST}"
