@@ -44,6 +44,18 @@ def _deliver(signum: int, handler) -> None:
         signal.raise_signal(signum)
 
 
+@contextmanager
+def signals_held():
+    """Run the block with SIGINT and SIGTERM held, then act on the first that came: for a start
+    whose bookkeeping must be done before the tool unwinds (janitor.guard registers the
+    janitor's dismissal: a SIGTERM inside its Popen left the janitor running past the tool)."""
+    held: list[int] = []
+    with _holding(held) as before:
+        yield
+    if held:
+        _deliver(held[0], before[held[0]])
+
+
 def end(proc: subprocess.Popen, grace: float = 30) -> None:
     """Terminate, then kill after `grace` seconds; always reaped."""
     if proc.poll() is None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mtpimage import settings
+from mtpimage import children, settings
 
 POLL = 0.2  # seconds between looks at the tool's process
 GRACE = 10  # seconds a child that names a guarded path gets after SIGTERM
@@ -55,21 +55,24 @@ def guard(path: Path, kind: str = "dir") -> None:
     if listing is None:
         listing = _list_file()
         listing.write_text("")
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "mtpimage.janitor", str(pid), str(listing)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-            cwd="/",
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH")])),
-            },
-        )
-        _started[pid] = listing
-        atexit.register(_dismiss, proc, listing)
+        # held: a SIGTERM inside Popen would unwind before the dismissal is registered, and the
+        # janitor would outlive the tool by a poll (a fresh-clone CI run's build-sigterm test)
+        with children.signals_held():
+            proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "mtpimage.janitor", str(pid), str(listing)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                cwd="/",
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH")])),
+                },
+            )
+            _started[pid] = listing
+            atexit.register(_dismiss, proc, listing)
     with open(listing, "a") as f:
         f.write(f"{kind}\t{path}\n")
 

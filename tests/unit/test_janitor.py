@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from mtpimage import janitor
+
 REPO = Path(__file__).resolve().parents[2]
 
 TOOL = """
@@ -87,3 +91,33 @@ def test_tempdir_is_guarded_before_it_exists_and_removed_after(tmp_path, monkeyp
         (made / "f").write_text("x")
     assert seen == [(made, False, "dir")]
     assert not made.exists()
+
+
+def test_a_sigterm_while_the_janitor_starts_lands_after_its_dismissal_is_registered(monkeypatch, tmp_path):
+    """The build-sigterm e2e test failed once on a fresh clone: the janitor outlived the tool.
+    A SIGTERM inside guard()'s Popen unwound the tool before atexit knew the janitor, which then
+    ran on until its next poll. The signal is held over the start and acted on after it."""
+    registered = []
+    monkeypatch.setattr(janitor.atexit, "register", lambda f, *a: registered.append(a))
+    monkeypatch.setattr(janitor, "_started", {})
+    monkeypatch.setattr(janitor, "_list_file", lambda: tmp_path / "l.paths")
+
+    class SignalledPopen:  # a SIGTERM lands while the child is being started
+        def __init__(self, *a, **k):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(janitor.subprocess, "Popen", SignalledPopen)
+
+    class Terminated(Exception):
+        pass
+
+    def unwind(*_):
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, unwind)
+    try:
+        with pytest.raises(Terminated):
+            janitor.guard(tmp_path / "x")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert len(registered) == 1  # dismissed at exit: it ends before the tool does
