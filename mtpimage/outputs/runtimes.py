@@ -60,6 +60,7 @@ class SifBuild:
     args: str
 
 
+# runtimes.yaml is read once, in pullneeds (below assembly, where the main job reads it too)
 _unfold = pullneeds.unfold
 _doc = pullneeds.runtimes_doc
 

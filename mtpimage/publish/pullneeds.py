@@ -33,7 +33,6 @@ class PullNeed:
     reader: str  # the title of what reads the layers: docker, enroot, Apptainer
     since: str
     layer_format: str
-    source: str
 
     def __str__(self) -> str:
         return f"needs {self.reader} {self.since} or later ({self.layer_format} layers)"
@@ -87,5 +86,5 @@ def pull_needs(layer_format: str | None) -> dict[str, PullNeed]:
     for line, reader in line_readers().items():
         support = reader.layers.get(layer_format or "")
         if support is not None and support.since:
-            needs[line] = PullNeed(reader.title, support.since, layer_format or "", reader.source)
+            needs[line] = PullNeed(reader.title, support.since, layer_format or "")
     return needs
